@@ -1,0 +1,3 @@
+module github.com/linemq/linemq
+
+go 1.26
