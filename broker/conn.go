@@ -1,0 +1,371 @@
+package broker
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/linemq/linemq/broker/packet"
+)
+
+// Read buffer sizes: a connection starts small so that idle clients cost
+// little, grows (doubling) to fit bursts or large packets, and shrinks back
+// after a run of short reads.
+const (
+	minReadBuf     = 512
+	maxIdleReadBuf = 64 << 10
+	shortsToShrink = 4
+	maxSpareWrite  = 64 << 10
+)
+
+// conn is one network connection of a client. Its reader goroutine runs
+// serve: it frames and decodes packets in place over the read buffer and
+// handles them. Its writer goroutine writes what deliveries and replies
+// appended to out, coalescing everything appended since its last write into
+// one syscall.
+type conn struct {
+	srv *Server
+	nc  net.Conn
+
+	// Set while handling CONNECT, read-only afterwards.
+	version     packet.Version
+	clientID    string
+	info        ClientInfo
+	sess        *session
+	keepAlive   time.Duration
+	sendMax     uint16 // the client's Receive Maximum: our send window
+	maxOut      uint32 // the client's Maximum Packet Size, 0 for none
+	aliasMaxOut uint16 // the client's Topic Alias Maximum
+	problemInfo bool   // the client's Request Problem Information
+	will        *will // nil when CONNECT had none
+
+	// Owned by the reader goroutine.
+	pub       packet.Publish
+	ack       packet.Ack
+	sub       packet.Subscribe
+	unsub     packet.Unsubscribe
+	aliasIn   []string
+	r         *router
+	reasons   []packet.ReasonCode
+	scratch   []byte
+	expiryIn  uint32 // Session Expiry Interval after CONNECT, for DISCONNECT rules
+	connected bool   // CONNACK accepting the client was sent
+
+	// Guarded by the session's mu: the outbound PUBLISH scratch and topic
+	// aliases, used only while encoding a delivery.
+	outPub    packet.Publish
+	aliasOut  map[string]uint16
+	nextAlias uint16
+
+	// The writer side, guarded by wmu.
+	wmu      sync.Mutex
+	out      []byte
+	spare    []byte
+	closing  bool // no more writes; the writer closes nc after flushing
+	takeover bool // the session was taken over by another connection
+	cleanTO  bool // ... by one with Clean Start, which ends the old session
+	wsig     chan struct{}
+	wdone    chan struct{}
+}
+
+func newConn(srv *Server, nc net.Conn) *conn {
+	return &conn{
+		srv:         srv,
+		nc:          nc,
+		version:     packet.V311,
+		sendMax:     65535,
+		problemInfo: true,
+		wsig:        make(chan struct{}, 1),
+		wdone:       make(chan struct{}),
+	}
+}
+
+// errKeepAlive is the cause recorded when a client stays silent for longer
+// than one and a half keep alive periods [MQTT-3.1.2-22].
+var errKeepAlive = errors.New("broker: keep alive timeout")
+
+// errConnectTimeout: the connection did not send CONNECT in time.
+var errConnectTimeout = errors.New("broker: no CONNECT within the connect timeout")
+
+// serve runs the connection from its first byte to its teardown.
+func (c *conn) serve() {
+	defer c.srv.conns.Done()
+	go c.writeLoop()
+	reason, cause := c.readLoop()
+	c.teardown(reason, cause)
+}
+
+// readLoop reads and handles packets until the connection ends; it returns
+// the reason code to send in a server DISCONNECT (or 0 for none) and the
+// cause.
+func (c *conn) readLoop() (packet.ReasonCode, error) {
+	buf := make([]byte, 0, minReadBuf)
+	shorts := 0
+	c.nc.SetReadDeadline(c.srv.clock.Now().Add(c.srv.opts.ConnectTimeout))
+	for {
+		if c.connected && c.keepAlive > 0 {
+			c.nc.SetReadDeadline(time.Now().Add(c.keepAlive * 3 / 2))
+		}
+		if len(buf) == cap(buf) {
+			buf = grow(buf, 2*cap(buf))
+		}
+		n, err := c.nc.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if n > 0 {
+			off, rerr := c.frames(buf)
+			c.flush()
+			if rerr != nil {
+				return packet.CodeOf(rerr), rerr
+			}
+			// Keep only the incomplete tail, at the front.
+			rest := copy(buf, buf[off:])
+			buf = buf[:rest]
+			if n < cap(buf)/4 {
+				shorts++
+			} else {
+				shorts = 0
+			}
+			if shorts >= shortsToShrink && cap(buf) > minReadBuf && rest < minReadBuf/2 {
+				buf = append(make([]byte, 0, max(minReadBuf, cap(buf)/2)), buf...)
+				shorts = 0
+			}
+		}
+		if err != nil {
+			return c.readError(err)
+		}
+		if c.srv.closed.Load() {
+			return packet.ServerShuttingDown, nil
+		}
+	}
+}
+
+func (c *conn) readError(err error) (packet.ReasonCode, error) {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		if !c.connected {
+			return 0, errConnectTimeout
+		}
+		if c.keepAlive > 0 && !c.isClosing() {
+			return packet.KeepAliveTimeout, errKeepAlive
+		}
+		return 0, err
+	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, os.ErrDeadlineExceeded):
+		return 0, err
+	default:
+		return 0, err
+	}
+}
+
+// grow returns buf with capacity at least n, keeping its contents.
+func grow(buf []byte, n int) []byte {
+	if cap(buf) >= n {
+		return buf
+	}
+	return append(make([]byte, 0, n), buf...)
+}
+
+// frames handles every complete packet at the start of buf and returns how
+// many bytes they used. A packet that is not complete yet makes sure buf can
+// hold it whole and waits for more bytes.
+func (c *conn) frames(buf []byte) (int, error) {
+	off := 0
+	for off < len(buf) {
+		h, hl, err := packet.ReadFrame(buf[off:], c.srv.opts.MaxPacketSize)
+		if err != nil {
+			return off, err
+		}
+		if hl == 0 {
+			return off, nil
+		}
+		end := off + hl + h.Remaining
+		if end > len(buf) {
+			return off, nil
+		}
+		if err := c.handle(h, buf[off+hl:end]); err != nil {
+			return end, err
+		}
+		off = end
+	}
+	return off, nil
+}
+
+// flush wakes the writer of every connection this read delivered to, once
+// each, rather than once per message, and its own.
+func (c *conn) flush() {
+	if c.r != nil {
+		c.r.flush()
+	}
+	c.signal()
+}
+
+func (c *conn) signal() {
+	select {
+	case c.wsig <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop writes whatever has been appended to out since the last write,
+// until the connection closes.
+func (c *conn) writeLoop() {
+	defer close(c.wdone)
+	for range c.wsig {
+		c.wmu.Lock()
+		buf, closing := c.out, c.closing
+		c.out = c.spare[:0]
+		c.spare = nil
+		c.wmu.Unlock()
+		if len(buf) > 0 {
+			c.nc.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
+			if _, err := c.nc.Write(buf); err != nil {
+				c.wmu.Lock()
+				c.closing = true
+				c.out = nil
+				c.wmu.Unlock()
+				c.nc.Close()
+				return
+			}
+		}
+		c.wmu.Lock()
+		if cap(buf) <= maxSpareWrite {
+			c.spare = buf[:0]
+		}
+		more := len(c.out) > 0
+		c.wmu.Unlock()
+		if closing && !more {
+			c.nc.Close()
+			return
+		}
+		if more {
+			c.signal()
+		}
+	}
+}
+
+func (c *conn) isClosing() bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.closing
+}
+
+// kick ends the connection from the broker's side: a v5 client is sent
+// DISCONNECT with reason first [MQTT-4.13.2-1]; then the writer flushes and
+// closes the socket, which ends the reader.
+func (c *conn) kick(reason packet.ReasonCode) {
+	c.wmu.Lock()
+	if !c.closing {
+		if c.version >= packet.V5 && c.connected && reason != 0 {
+			d := packet.Disconnect{Reason: reason}
+			c.out = d.Append(c.out, c.version)
+		}
+		c.closing = true
+	}
+	c.wmu.Unlock()
+	c.signal()
+}
+
+// teardown runs once on the reader goroutine after the read loop ended.
+func (c *conn) teardown(reason packet.ReasonCode, cause error) {
+	if c.connected && reason != 0 {
+		c.kick(reason)
+	} else if reason != 0 && c.version >= packet.V5 && !c.connected && cause != errConnectTimeout {
+		// A v5 client whose CONNECT was refused before acceptance learns
+		// why through the CONNACK [MQTT-4.13.1-1].
+		c.wmu.Lock()
+		if !c.closing {
+			ca := packet.Connack{Reason: reason}
+			c.out = ca.Append(c.out, c.version)
+			c.closing = true
+		}
+		c.wmu.Unlock()
+		c.signal()
+	} else {
+		c.kick(0)
+	}
+	// Give the writer a bounded time to flush the last packets, then make
+	// sure the socket is closed whatever it is doing.
+	t := time.NewTimer(2 * time.Second)
+	select {
+	case <-c.wdone:
+	case <-t.C:
+	}
+	t.Stop()
+	c.nc.Close()
+	<-c.wdone
+
+	if c.sess != nil {
+		c.srv.detach(c, reason)
+	}
+	if c.connected {
+		c.srv.stats.connected.Add(-1)
+		if ev := c.srv.opts.Events; ev != nil {
+			ev.ClientDisconnected(c.info, reason, cause)
+		}
+		c.srv.log.Debug("client disconnected", "client", c.clientID, "reason", reason.String(), "cause", cause)
+	}
+}
+
+// write appends an already-encoded packet.
+func (c *conn) writeBytes(b []byte) {
+	c.wmu.Lock()
+	if !c.closing {
+		c.out = append(c.out, b...)
+	}
+	c.wmu.Unlock()
+}
+
+// writeAck appends a PUBACK, PUBREC, PUBREL or PUBCOMP.
+func (c *conn) writeAck(t packet.Type, pid uint16, reason packet.ReasonCode) {
+	a := packet.Ack{Type: t, PacketID: pid, Reason: reason}
+	c.wmu.Lock()
+	if !c.closing {
+		c.out = a.Append(c.out, c.version)
+	}
+	c.wmu.Unlock()
+}
+
+// writeResult says what became of a PUBLISH handed to writePublish.
+type writeResult uint8
+
+const (
+	written  writeResult = iota // appended to the output
+	tooLarge                    // larger than the client's Maximum Packet Size: never sendable
+	busy                        // connection closing, or QoS 0 over the pending limit
+	expiredMsg                  // the message expired while it waited
+)
+
+// writePublish appends p, applying an outbound topic alias when the client
+// allows them. The caller holds the session's mu.
+func (c *conn) writePublish(p *packet.Publish, topic string, qos0 bool) writeResult {
+	if c.maxOut > 0 && p.Size(c.version) > int(c.maxOut) {
+		return tooLarge
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closing || (qos0 && len(c.out) >= c.srv.opts.MaxPendingBytes) {
+		return busy
+	}
+	if c.aliasMaxOut > 0 {
+		if a, ok := c.aliasOut[topic]; ok {
+			p.Topic = p.Topic[:0]
+			p.Props.Set(packet.PropTopicAlias)
+			p.Props.TopicAlias = a
+		} else if c.nextAlias < c.aliasMaxOut {
+			// The first PUBLISH of a topic carries both the topic and its
+			// new alias; later ones carry only the alias.
+			c.nextAlias++
+			if c.aliasOut == nil {
+				c.aliasOut = make(map[string]uint16)
+			}
+			c.aliasOut[topic] = c.nextAlias
+			p.Props.Set(packet.PropTopicAlias)
+			p.Props.TopicAlias = c.nextAlias
+		}
+	}
+	c.out = p.Append(c.out, c.version)
+	return written
+}

@@ -1,0 +1,221 @@
+package broker
+
+import (
+	"errors"
+
+	"github.com/linemq/linemq/broker/packet"
+	"github.com/linemq/linemq/broker/topic"
+)
+
+// errClientDisconnect ends the read loop after a client's DISCONNECT.
+var errClientDisconnect = errors.New("broker: client disconnected")
+
+// Protocol errors found by the session rather than the decoder.
+var (
+	errSecondConnect   = &packet.Error{Code: packet.ProtocolError, Reason: "second CONNECT on a connection"}  // [MQTT-3.1.0-2]
+	errFirstNotConnect = &packet.Error{Code: packet.ProtocolError, Reason: "first packet is not CONNECT"}     // [MQTT-3.1.0-1]
+	errUnexpected      = &packet.Error{Code: packet.ProtocolError, Reason: "packet type not sent by clients"} // e.g. CONNACK
+	errAuthNoMethod    = &packet.Error{Code: packet.ProtocolError, Reason: "AUTH without an authentication method in CONNECT"}
+	errExpiryFromZero  = &packet.Error{Code: packet.ProtocolError, Reason: "DISCONNECT sets a session expiry after CONNECT set 0"} // [MQTT-3.14.2-2]
+	errBadAlias        = &packet.Error{Code: packet.TopicAliasInvalid, Reason: "topic alias above the maximum"}                     // [MQTT-3.3.2-9]
+	errUnknownAlias    = &packet.Error{Code: packet.ProtocolError, Reason: "topic alias not yet mapped to a topic"}                 // [MQTT-3.3.2-?]
+	errBadTopicName    = &packet.Error{Code: packet.TopicNameInvalid, Reason: "topic name with wildcards or empty"}                 // [MQTT-3.3.2-2]
+	errRetainDisabled  = &packet.Error{Code: packet.RetainNotSupported, Reason: "retained publish while retain is not available"}    // [MQTT-3.3.1-?]
+	errRecvMaxExceeded = &packet.Error{Code: packet.ReceiveMaximumExceeded, Reason: "more unacknowledged QoS 2 publishes than Receive Maximum"}
+	errNoLocalShared   = &packet.Error{Code: packet.ProtocolError, Reason: "No Local on a shared subscription"} // [MQTT-3.8.3-4]
+	errSubIDsOff       = &packet.Error{Code: packet.SubIDsNotSupported, Reason: "subscription identifiers are not available"}
+	errPubSubID        = &packet.Error{Code: packet.ProtocolError, Reason: "PUBLISH from a client carries a subscription identifier"} // [MQTT-3.3.4-6]
+)
+
+// handle dispatches one packet. body aliases the read buffer.
+func (c *conn) handle(h packet.FixedHeader, body []byte) error {
+	c.srv.stats.packetsIn.Add(1)
+	if !c.connected {
+		if h.Type != packet.CONNECT {
+			return errFirstNotConnect
+		}
+		return c.handleConnect(body)
+	}
+	switch h.Type {
+	case packet.PUBLISH:
+		return c.handlePublish(h.Flags, body)
+	case packet.PUBACK, packet.PUBCOMP, packet.PUBREC:
+		if err := c.ack.Decode(c.version, h.Type, body); err != nil {
+			return err
+		}
+		if h.Type == packet.PUBREC {
+			c.sess.pubrec(c.ack.PacketID, c.ack.Reason)
+			return nil
+		}
+		c.sess.ack(h.Type, c.ack.PacketID)
+		return nil
+	case packet.PUBREL:
+		if err := c.ack.Decode(c.version, h.Type, body); err != nil {
+			return err
+		}
+		return c.handlePubrel(c.ack.PacketID)
+	case packet.SUBSCRIBE:
+		return c.handleSubscribe(body)
+	case packet.UNSUBSCRIBE:
+		return c.handleUnsubscribe(body)
+	case packet.PINGREQ:
+		if err := packet.DecodeEmpty(body); err != nil {
+			return err
+		}
+		c.writeBytes(packet.AppendPingresp(c.scratch[:0]))
+		return nil
+	case packet.DISCONNECT:
+		return c.handleDisconnect(body)
+	case packet.AUTH:
+		if c.version < packet.V5 {
+			return errUnexpected
+		}
+		return errAuthNoMethod
+	case packet.CONNECT:
+		return errSecondConnect
+	default:
+		return errUnexpected
+	}
+}
+
+// handlePublish handles a PUBLISH from the client: topic alias, checks,
+// QoS 2 duplicate suppression, retained update, routing and the
+// acknowledgement.
+func (c *conn) handlePublish(flags byte, body []byte) error {
+	p := &c.pub
+	if err := p.Decode(c.version, flags, body); err != nil {
+		return err
+	}
+	c.srv.stats.msgsIn.Add(1)
+	c.srv.stats.bytesIn.Add(uint64(len(p.Payload)))
+	v5 := c.version >= packet.V5
+	opts := &c.srv.opts
+
+	// Resolve the topic alias: a topic with an alias (re)maps it, an empty
+	// topic uses it [MQTT-3.3.2-12].
+	name := p.Topic
+	if v5 && p.Props.Has(packet.PropTopicAlias) {
+		a := int(p.Props.TopicAlias)
+		if a >= len(c.aliasIn) {
+			return errBadAlias
+		}
+		if len(name) == 0 {
+			if c.aliasIn[a] == "" {
+				return errUnknownAlias
+			}
+			c.scratch = append(c.scratch[:0], c.aliasIn[a]...)
+			name = c.scratch
+		} else if c.aliasIn[a] != string(name) {
+			c.aliasIn[a] = string(name)
+		}
+	}
+	if err := topic.ValidateName(name); err != nil {
+		return errBadTopicName
+	}
+	if len(p.Props.SubscriptionIDs) > 0 {
+		return errPubSubID
+	}
+	if p.Retain && opts.DisableRetain {
+		return errRetainDisabled
+	}
+
+	// QoS 2: a PUBLISH whose packet id is still unreleased is a resend,
+	// acknowledged again but not routed again [MQTT-4.3.3-10].
+	if p.QoS == 2 {
+		s := c.sess
+		s.mu.Lock()
+		_, dup := s.inQoS2[p.PacketID]
+		if !dup && len(s.inQoS2) >= int(opts.ReceiveMaximum) {
+			s.mu.Unlock()
+			return errRecvMaxExceeded // [MQTT-3.3.4-9]
+		}
+		if !dup {
+			s.inQoS2[p.PacketID] = struct{}{}
+		}
+		s.mu.Unlock()
+		if dup {
+			c.srv.stats.dupQoS2.Add(1)
+			c.writeAck(packet.PUBREC, p.PacketID, packet.Success)
+			return nil
+		}
+	}
+
+	rc := packet.Success
+	if !opts.Auth.CanPublish(c.info, string(name)) {
+		rc = packet.NotAuthorized
+	} else {
+		m := newMessage(p, name, c.clientID, c.srv.clock.Now())
+		if p.Retain {
+			c.srv.retain(m)
+		}
+		if n := c.router().route(c.srv, m, c); n == 0 && v5 {
+			rc = packet.NoMatchingSubscribers
+		}
+	}
+	if !v5 && rc.IsError() {
+		rc = packet.Success // 3.1.1 has no negative acknowledgement
+	}
+	switch p.QoS {
+	case 1:
+		c.writeAck(packet.PUBACK, p.PacketID, rc)
+	case 2:
+		if rc.IsError() {
+			// A refused QoS 2 message ends its exchange at the PUBREC.
+			c.sess.mu.Lock()
+			delete(c.sess.inQoS2, p.PacketID)
+			c.sess.mu.Unlock()
+		}
+		c.writeAck(packet.PUBREC, p.PacketID, rc)
+	}
+	return nil
+}
+
+// handlePubrel releases an inbound QoS 2 packet id and answers PUBCOMP.
+func (c *conn) handlePubrel(pid uint16) error {
+	s := c.sess
+	s.mu.Lock()
+	_, ok := s.inQoS2[pid]
+	delete(s.inQoS2, pid)
+	s.mu.Unlock()
+	rc := packet.Success
+	if !ok {
+		rc = packet.PacketIDNotFound
+	}
+	c.writeAck(packet.PUBCOMP, pid, rc)
+	return nil
+}
+
+// handleDisconnect handles the client's DISCONNECT: a normal one discards
+// the will [MQTT-3.14.4-3], 0x04 keeps it, and a v5 client may change its
+// session expiry on the way out.
+func (c *conn) handleDisconnect(body []byte) error {
+	var d packet.Disconnect
+	if err := d.Decode(c.version, body); err != nil {
+		return err
+	}
+	if d.Props.Has(packet.PropSessionExpiry) {
+		if c.expiryIn == 0 && d.Props.SessionExpiry != 0 {
+			return errExpiryFromZero
+		}
+		exp := d.Props.SessionExpiry
+		if maxExp := c.srv.opts.MaxSessionExpiry; maxExp > 0 && uint64(exp) > uint64(maxExp.Seconds()) {
+			exp = uint32(maxExp.Seconds())
+		}
+		c.sess.mu.Lock()
+		c.sess.expiry = exp
+		c.sess.mu.Unlock()
+	}
+	if d.Reason != packet.DisconnectWithWill {
+		c.will = nil
+	}
+	return errClientDisconnect
+}
+
+// router returns the connection's reusable router.
+func (c *conn) router() *router {
+	if c.r == nil {
+		c.r = &router{}
+	}
+	c.r.owner = c
+	return c.r
+}

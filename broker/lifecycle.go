@@ -1,0 +1,226 @@
+package broker
+
+import (
+	"time"
+
+	"github.com/linemq/linemq/broker/packet"
+)
+
+// attach binds a freshly accepted connection to its session, taking the
+// session over from any connection that holds it [MQTT-3.1.4-3], and
+// queues the CONNACK (made by connack, told whether a session is present)
+// before anything the session has to resend. It reports session present.
+func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(present bool) []byte) bool {
+	var (
+		oldConn  *conn
+		oldWill  *will
+		ended    *session
+		sess     *session
+		present  bool
+		now      = srv.clock.Now()
+		clientID = c.clientID
+	)
+	srv.mu.Lock()
+	old := srv.sessions[clientID]
+	if old != nil {
+		old.mu.Lock()
+		oldConn = old.conn
+		old.conn = nil
+		stopTimer(&old.expiryTimer)
+		if stopTimer(&old.willTimer) || old.pendingWill != nil {
+			// A connection arriving within the will delay cancels the will,
+			// unless it starts clean: then the old session ends, and its
+			// will goes with it [MQTT-3.1.3-9].
+			if cleanStart {
+				oldWill = old.pendingWill
+			}
+			old.pendingWill = nil
+		}
+		old.mu.Unlock()
+	}
+	if old == nil || cleanStart {
+		sess = newSession(srv, clientID, c.version)
+		ended = old
+	} else {
+		sess = old
+		present = true // [MQTT-3.2.2-3]
+	}
+	srv.sessions[clientID] = sess
+	srv.mu.Unlock()
+
+	if oldConn != nil {
+		oldConn.wmu.Lock()
+		oldConn.takeover, oldConn.cleanTO = true, cleanStart
+		oldConn.wmu.Unlock()
+		oldConn.kick(packet.SessionTakenOver)
+	}
+	if ended != nil {
+		srv.endSession(ended)
+	}
+	if oldWill != nil {
+		srv.publishWill(oldWill, now)
+	}
+
+	sess.mu.Lock()
+	sess.version = c.version
+	sess.expiry = expiry
+	sess.conn = c
+	c.sess = sess
+	c.writeBytes(connack(present))
+	if present {
+		sess.resumeLocked()
+	}
+	sess.mu.Unlock()
+	c.signal()
+	return present
+}
+
+// detach runs when a connection has ended: the session is left to expire,
+// or ends now, and the will is published or scheduled.
+func (srv *Server) detach(c *conn, reason packet.ReasonCode) {
+	sess := c.sess
+	now := srv.clock.Now()
+	c.wmu.Lock()
+	takenOver, cleanTO := c.takeover, c.cleanTO
+	c.wmu.Unlock()
+	w := c.will // nil after a DISCONNECT that discards it
+
+	sess.mu.Lock()
+	if sess.conn != c {
+		// Taken over: the new connection owns the session now. The old
+		// will goes out only if it had no delay, or if the new connection
+		// started clean and so ended the session it belonged to.
+		sess.mu.Unlock()
+		if w != nil && takenOver && (w.delay == 0 || cleanTO) {
+			srv.publishWill(w, now)
+		}
+		return
+	}
+	sess.conn = nil
+	expiry := sess.expiry
+	if expiry != 0 && w != nil && w.delay > 0 {
+		delay := time.Duration(min(w.delay, expiry)) * time.Second
+		sess.pendingWill = w
+		sess.willTimer = srv.clock.AfterFunc(delay, func() { srv.willDue(sess, w) })
+		w = nil
+	}
+	if expiry != 0 && expiry != neverExpires {
+		sess.expiryTimer = srv.clock.AfterFunc(time.Duration(expiry)*time.Second, func() { srv.expire(sess) })
+	}
+	sess.mu.Unlock()
+
+	if w != nil {
+		srv.publishWill(w, now)
+	}
+	if expiry == 0 {
+		srv.mu.Lock()
+		if srv.sessions[sess.id] == sess {
+			delete(srv.sessions, sess.id)
+		}
+		srv.mu.Unlock()
+		srv.endSession(sess)
+	}
+}
+
+// willDue publishes a delayed will whose delay passed with the client still away.
+func (srv *Server) willDue(sess *session, w *will) {
+	sess.mu.Lock()
+	due := sess.pendingWill == w && sess.conn == nil
+	if due {
+		sess.pendingWill = nil
+		sess.willTimer = nil
+	}
+	sess.mu.Unlock()
+	if due {
+		srv.publishWill(w, srv.clock.Now())
+	}
+}
+
+// expire ends a session whose expiry interval passed while it was offline.
+func (srv *Server) expire(sess *session) {
+	srv.mu.Lock()
+	sess.mu.Lock()
+	gone := srv.sessions[sess.id] == sess && sess.conn == nil
+	sess.mu.Unlock()
+	if gone {
+		delete(srv.sessions, sess.id)
+	}
+	srv.mu.Unlock()
+	if gone {
+		srv.stats.expiredSessions.Add(1)
+		srv.endSession(sess)
+	}
+}
+
+// endSession discards a session that is no longer reachable: its
+// subscriptions and group memberships go, share-group messages it held are
+// handed to the other members, and a will still waiting is published now
+// (the session ending ends the delay [MQTT-3.1.2-8]).
+func (srv *Server) endSession(sess *session) {
+	sess.mu.Lock()
+	if sess.ended {
+		sess.mu.Unlock()
+		return
+	}
+	sess.ended = true
+	stopTimer(&sess.expiryTimer)
+	stopTimer(&sess.willTimer)
+	w := sess.pendingWill
+	sess.pendingWill = nil
+	subs := sess.subs
+	sess.subs = make(map[string]*subscription)
+	sess.mu.Unlock()
+
+	for _, sub := range subs {
+		srv.removeSubscription(sub, true)
+	}
+	// Whatever share-group messages are left (their group may have been
+	// left above) go to the remaining members of their groups.
+	sess.mu.Lock()
+	left := sess.takeUndelivered(nil)
+	sess.queue = ring{}
+	clear(sess.inflight)
+	sess.mu.Unlock()
+	srv.redispatch(left)
+	if w != nil {
+		srv.publishWill(w, srv.clock.Now())
+	}
+}
+
+// publishWill publishes a will as a message of the broker's own.
+func (srv *Server) publishWill(w *will, now time.Time) {
+	srv.stats.willsPublished.Add(1)
+	srv.Publish(w.message(now))
+}
+
+// flushDelayedWills publishes, at shutdown, every will still waiting out its
+// delay: the broker going away is the end of those sessions' wait.
+func (srv *Server) flushDelayedWills() {
+	srv.mu.Lock()
+	var due []*will
+	for _, sess := range srv.sessions {
+		sess.mu.Lock()
+		if sess.pendingWill != nil {
+			stopTimer(&sess.willTimer)
+			due = append(due, sess.pendingWill)
+			sess.pendingWill = nil
+		}
+		stopTimer(&sess.expiryTimer)
+		sess.mu.Unlock()
+	}
+	srv.mu.Unlock()
+	now := srv.clock.Now()
+	for _, w := range due {
+		srv.publishWill(w, now)
+	}
+}
+
+// stopTimer stops and clears *t; it reports whether a timer was pending.
+func stopTimer(t *Timer) bool {
+	if *t == nil {
+		return false
+	}
+	stopped := (*t).Stop()
+	*t = nil
+	return stopped
+}

@@ -1,0 +1,137 @@
+package broker
+
+import (
+	"time"
+	"unsafe"
+
+	"github.com/linemq/linemq/broker/packet"
+)
+
+// Message is one application message as the broker routes it: immutable
+// once made and shared by every session it is delivered to, so that a
+// publish to a thousand subscribers copies its payload once.
+type Message struct {
+	Topic   string
+	Payload []byte
+	QoS     byte
+	Retain  bool
+
+	// The v5 properties that travel with the message unchanged.
+	PayloadFormat   byte
+	ContentType     []byte
+	ResponseTopic   []byte
+	CorrelationData []byte
+	User            []packet.UserProperty
+
+	// Expires is when the message expires; zero if it has no Message Expiry
+	// Interval.
+	Expires time.Time
+	// Created is when the broker received it.
+	Created time.Time
+	// Origin is the publisher's client id (for No Local); empty for messages
+	// the broker made itself.
+	Origin string
+
+	// props records which optional properties were present, so a forwarded
+	// message carries exactly the properties it came with.
+	props uint64
+	// topicBytes aliases Topic, for the encoder; originBytes aliases
+	// Origin, for the hash_clientid strategy.
+	topicBytes  []byte
+	originBytes []byte
+}
+
+// copiedProps are the PUBLISH properties a message carries to subscribers.
+const copiedProps = 1<<packet.PropPayloadFormat | 1<<packet.PropContentType |
+	1<<packet.PropResponseTopic | 1<<packet.PropCorrelationData
+
+// newMessage materialises a PUBLISH as a Message. Every byte it keeps
+// (topic, payload, properties) is copied into one backing array, because the
+// packet's fields alias the connection's read buffer.
+func newMessage(p *packet.Publish, topic []byte, origin string, now time.Time) *Message {
+	n := len(topic) + len(origin) + len(p.Payload) + len(p.Props.ContentType) +
+		len(p.Props.ResponseTopic) + len(p.Props.CorrelationData)
+	for _, u := range p.Props.User {
+		n += len(u.Key) + len(u.Value)
+	}
+	m := &Message{QoS: p.QoS, Retain: p.Retain, Created: now, Origin: origin}
+	arena := make([]byte, 0, n)
+	take := func(b []byte) []byte {
+		if len(b) == 0 {
+			return nil
+		}
+		start := len(arena)
+		arena = append(arena, b...)
+		return arena[start:len(arena):len(arena)]
+	}
+	m.topicBytes = take(topic)
+	// The arena is never written again, so a string over it is immutable.
+	if len(m.topicBytes) > 0 {
+		m.Topic = unsafe.String(&m.topicBytes[0], len(m.topicBytes))
+	}
+	if origin != "" {
+		start := len(arena)
+		arena = append(arena, origin...)
+		m.originBytes = arena[start:len(arena):len(arena)]
+	}
+	m.Payload = take(p.Payload)
+	if m.Payload == nil {
+		m.Payload = []byte{}
+	}
+	m.props = p.Props.Present & copiedProps
+	m.PayloadFormat = p.Props.PayloadFormat
+	m.ContentType = take(p.Props.ContentType)
+	m.ResponseTopic = take(p.Props.ResponseTopic)
+	m.CorrelationData = take(p.Props.CorrelationData)
+	if len(p.Props.User) > 0 {
+		m.User = make([]packet.UserProperty, len(p.Props.User))
+		for i, u := range p.Props.User {
+			m.User[i] = packet.UserProperty{Key: take(u.Key), Value: take(u.Value)}
+		}
+	}
+	if p.Props.Has(packet.PropMessageExpiry) {
+		m.Expires = now.Add(time.Duration(p.Props.MessageExpiry) * time.Second)
+	}
+	return m
+}
+
+// NewMessage makes a message the broker publishes on its own behalf, for
+// example a will or a message injected through Server.Publish.
+func NewMessage(topic string, payload []byte, qos byte, retain bool) *Message {
+	p := packet.Publish{QoS: qos, Retain: retain, Payload: payload}
+	return newMessage(&p, []byte(topic), "", time.Now())
+}
+
+// expired reports whether m has passed its expiry at now.
+func (m *Message) expired(now time.Time) bool {
+	return !m.Expires.IsZero() && !now.Before(m.Expires)
+}
+
+// remaining returns the Message Expiry Interval to send at now: the
+// original interval less the time the message has waited [MQTT-3.3.2-6].
+func (m *Message) remaining(now time.Time) uint32 {
+	d := m.Expires.Sub(now)
+	if d <= 0 {
+		return 0
+	}
+	s := uint32((d + time.Second - 1) / time.Second)
+	return s
+}
+
+// fill sets the fields of out that come from the message; the caller sets
+// QoS, packet id, DUP, retain, subscription ids and topic alias.
+func (m *Message) fill(out *packet.Publish, now time.Time) {
+	out.Topic = m.topicBytes
+	out.Payload = m.Payload
+	out.Props.Reset()
+	out.Props.Present = m.props
+	out.Props.PayloadFormat = m.PayloadFormat
+	out.Props.ContentType = m.ContentType
+	out.Props.ResponseTopic = m.ResponseTopic
+	out.Props.CorrelationData = m.CorrelationData
+	out.Props.User = append(out.Props.User, m.User...)
+	if !m.Expires.IsZero() {
+		out.Props.Set(packet.PropMessageExpiry)
+		out.Props.MessageExpiry = m.remaining(now)
+	}
+}

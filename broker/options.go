@@ -1,0 +1,179 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Options configure a Server. The zero value of every field means its
+// default, so Options{} is a working standalone broker. Options are read once
+// by New; changing them afterwards has no effect.
+type Options struct {
+	// NodeID names this broker in logs and, in a cluster, to its peers.
+	NodeID string
+
+	// MaxPacketSize is the largest packet accepted from a client, advertised
+	// as Maximum Packet Size in a v5 CONNACK. A larger packet ends the
+	// connection with 0x95 Packet too large. Default 1 MiB.
+	MaxPacketSize int
+
+	// ReceiveMaximum is how many QoS 1 and 2 PUBLISH packets a client may
+	// have unacknowledged towards the broker at once (v5 section 4.9). A client
+	// that exceeds it is disconnected with 0x93. Default 1024.
+	ReceiveMaximum uint16
+
+	// TopicAliasMaximum is the highest topic alias a client may use towards
+	// the broker. Default 1024; set it negative to refuse topic aliases.
+	TopicAliasMaximum int
+
+	// MaxKeepAlive caps the keep alive a client asks for. A client asking for
+	// more (or for 0, which would disable the timeout) is told the cap through
+	// Server Keep Alive. Default 0: no cap, the client's value stands.
+	MaxKeepAlive time.Duration
+
+	// MaxSessionExpiry caps the Session Expiry Interval a client asks for, and
+	// is the expiry of 3.1.1 persistent sessions. Default 0: no cap (3.1.1
+	// persistent sessions never expire).
+	MaxSessionExpiry time.Duration
+
+	// MaxQueuedMessages bounds each session's queue of messages waiting for
+	// its send window or for it to reconnect. When it is full the oldest
+	// message is dropped, and counted. Default 1000.
+	MaxQueuedMessages int
+
+	// MaxPendingBytes bounds the encoded bytes waiting to be written to one
+	// connection. QoS 0 messages beyond it are dropped (counted); a client
+	// that stops reading holds at most this much memory. Default 1 MiB.
+	MaxPendingBytes int
+
+	// MaxClientIDLength is the longest client identifier accepted. Default 256.
+	MaxClientIDLength int
+
+	// ConnectTimeout is how long a new connection may take to send CONNECT.
+	// Default 10 s.
+	ConnectTimeout time.Duration
+
+	// WriteTimeout is how long one write to a client may block before the
+	// connection is considered dead. Default 30 s.
+	WriteTimeout time.Duration
+
+	// RetainAvailable, when set to false through DisableRetain, refuses
+	// retained messages; default true.
+	DisableRetain bool
+
+	// DisableWildcardSubs refuses filters with + or # (0xA2).
+	DisableWildcardSubs bool
+
+	// DisableSubIDs refuses subscription identifiers (0xA1).
+	DisableSubIDs bool
+
+	// DisableSharedSubs refuses $share filters (0x9E).
+	DisableSharedSubs bool
+
+	// Shares configures shared subscription groups.
+	Shares ShareOptions
+
+	// Auth authenticates connections and authorises publishes and
+	// subscriptions. Nil allows everything.
+	Auth Authenticator
+
+	// Store persists sessions and retained messages. Nil keeps them in memory.
+	Store Store
+
+	// Events receives lifecycle events. Nil discards them.
+	Events Events
+
+	// Clock is the time source for keep alive, expiry and will delays. Nil
+	// uses the system clock.
+	Clock Clock
+
+	// Logger receives the broker's logs. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Defaults of Options.
+const (
+	DefaultMaxPacketSize     = 1 << 20
+	DefaultReceiveMaximum    = 1024
+	DefaultTopicAliasMaximum = 1024
+	DefaultMaxQueuedMessages = 1000
+	DefaultMaxPendingBytes   = 1 << 20
+	DefaultMaxClientIDLength = 256
+	DefaultConnectTimeout    = 10 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
+)
+
+// Validate reports the first option that is out of range.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.MaxPacketSize < 0 || o.MaxPacketSize > 268_435_460 {
+		errs = append(errs, fmt.Errorf("broker: MaxPacketSize %d out of range (0..268435460)", o.MaxPacketSize))
+	}
+	if o.TopicAliasMaximum > 65535 {
+		errs = append(errs, fmt.Errorf("broker: TopicAliasMaximum %d out of range (..65535)", o.TopicAliasMaximum))
+	}
+	if o.MaxKeepAlive < 0 || o.MaxKeepAlive > 65535*time.Second {
+		errs = append(errs, fmt.Errorf("broker: MaxKeepAlive %v out of range (0..65535s)", o.MaxKeepAlive))
+	}
+	if o.MaxSessionExpiry < 0 {
+		errs = append(errs, fmt.Errorf("broker: MaxSessionExpiry %v is negative", o.MaxSessionExpiry))
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"MaxQueuedMessages", o.MaxQueuedMessages}, {"MaxPendingBytes", o.MaxPendingBytes},
+		{"MaxClientIDLength", o.MaxClientIDLength}} {
+		if n.v < 0 {
+			errs = append(errs, fmt.Errorf("broker: %s %d is negative", n.name, n.v))
+		}
+	}
+	if o.ConnectTimeout < 0 || o.WriteTimeout < 0 {
+		errs = append(errs, errors.New("broker: timeouts must not be negative"))
+	}
+	if err := o.Shares.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults returns a copy of o with zero values replaced by defaults.
+func (o Options) withDefaults() Options {
+	if o.MaxPacketSize == 0 {
+		o.MaxPacketSize = DefaultMaxPacketSize
+	}
+	if o.ReceiveMaximum == 0 {
+		o.ReceiveMaximum = DefaultReceiveMaximum
+	}
+	if o.TopicAliasMaximum == 0 {
+		o.TopicAliasMaximum = DefaultTopicAliasMaximum
+	} else if o.TopicAliasMaximum < 0 {
+		o.TopicAliasMaximum = 0
+	}
+	if o.MaxQueuedMessages == 0 {
+		o.MaxQueuedMessages = DefaultMaxQueuedMessages
+	}
+	if o.MaxPendingBytes == 0 {
+		o.MaxPendingBytes = DefaultMaxPendingBytes
+	}
+	if o.MaxClientIDLength == 0 {
+		o.MaxClientIDLength = DefaultMaxClientIDLength
+	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.Clock == nil {
+		o.Clock = systemClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Auth == nil {
+		o.Auth = AllowAll{}
+	}
+	return o
+}

@@ -1,0 +1,106 @@
+package broker
+
+// delivery is one message bound for one session: queued while the session
+// is offline or its send window is full, then in flight until acknowledged.
+type delivery struct {
+	msg      *Message
+	seq      uint64 // order within the session, for resend after reconnect
+	qos      byte   // QoS it is delivered at: min(published, granted)
+	retain   bool   // RETAIN flag to send
+	released bool   // QoS 2: PUBREC received and PUBREL sent
+	sent     bool   // sent at least once on some connection, so a resend sets DUP
+	subIDs   subIDs
+	group    *shareGroup // share group it was picked for, nil if ordinary
+}
+
+// subIDs holds the subscription identifiers of a delivery without
+// allocating for the common case of at most two.
+type subIDs struct {
+	n     uint8
+	small [2]uint32
+	more  []uint32
+}
+
+func (s *subIDs) add(id uint32) {
+	if id == 0 {
+		return
+	}
+	if s.more != nil {
+		s.more = append(s.more, id)
+		return
+	}
+	if int(s.n) < len(s.small) {
+		s.small[s.n] = id
+		s.n++
+		return
+	}
+	s.more = append(append(make([]uint32, 0, 4), s.small[:]...), id)
+}
+
+func (s *subIDs) appendTo(dst []uint32) []uint32 {
+	if s.more != nil {
+		return append(dst, s.more...)
+	}
+	return append(dst, s.small[:s.n]...)
+}
+
+// ring is a FIFO of deliveries on a growable circular buffer, so a session
+// that queues and drains steadily does not allocate.
+type ring struct {
+	buf  []delivery
+	head int
+	n    int
+}
+
+func (r *ring) len() int { return r.n }
+
+func (r *ring) push(d delivery) {
+	if r.n == len(r.buf) {
+		nb := make([]delivery, max(8, 2*len(r.buf)))
+		for i := 0; i < r.n; i++ {
+			nb[i] = r.buf[(r.head+i)%len(r.buf)]
+		}
+		r.buf, r.head = nb, 0
+	}
+	r.buf[(r.head+r.n)%len(r.buf)] = d
+	r.n++
+}
+
+func (r *ring) peek() *delivery { return &r.buf[r.head] }
+
+func (r *ring) pop() delivery {
+	d := r.buf[r.head]
+	r.buf[r.head] = delivery{}
+	r.head = (r.head + 1) % len(r.buf)
+	r.n--
+	if r.n == 0 {
+		r.head = 0
+		// Give a large idle buffer back so a burst does not pin memory.
+		if len(r.buf) > 1024 {
+			r.buf = nil
+		}
+	}
+	return d
+}
+
+// at returns the i-th queued delivery, 0 being the oldest.
+func (r *ring) at(i int) *delivery { return &r.buf[(r.head+i)%len(r.buf)] }
+
+// removeAt removes the i-th delivery, keeping the order of the rest.
+func (r *ring) removeAt(i int) delivery {
+	d := *r.at(i)
+	for j := i; j > 0; j-- {
+		*r.at(j) = *r.at(j - 1)
+	}
+	r.pop()
+	return d
+}
+
+// drain removes and returns every queued delivery in order.
+func (r *ring) drain() []delivery {
+	out := make([]delivery, 0, r.n)
+	for r.n > 0 {
+		out = append(out, r.pop())
+	}
+	return out
+}

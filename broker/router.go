@@ -1,0 +1,110 @@
+package broker
+
+// router routes messages to sessions. Each connection's reader owns one and
+// reuses its scratch space, so routing does not allocate in steady state.
+type router struct {
+	owner   *conn
+	targets []target
+	index   map[*session]int
+	touched map[*conn]struct{}
+}
+
+// target is one session a message goes to, with what its matching
+// subscriptions add up to: a client with overlapping subscriptions gets the
+// message once, at the highest granted QoS, with every subscription
+// identifier [MQTT-3.3.4-2] [MQTT-3.3.4-3].
+type target struct {
+	sess   *session
+	qos    byte
+	retain bool
+	ids    subIDs
+}
+
+// linearDedupLimit is the number of matching subscriptions below which
+// overlapping subscriptions are found by a linear scan instead of a map.
+const linearDedupLimit = 16
+
+// route delivers m to every matching ordinary subscriber and to one member
+// of every matching share group. It returns how many sessions took it.
+func (r *router) route(srv *Server, m *Message, from *conn) int {
+	subs := srv.subs.Match(m.topicBytes)
+	r.targets = r.targets[:0]
+	useMap := len(subs) > linearDedupLimit
+	if useMap {
+		if r.index == nil {
+			r.index = make(map[*session]int)
+		}
+		clear(r.index)
+	}
+	for _, sub := range subs {
+		if sub.noLocal && m.Origin != "" && sub.sess.id == m.Origin {
+			continue // [MQTT-3.8.3-3]
+		}
+		qos := min(m.QoS, sub.qos)
+		retain := m.Retain && sub.retainAsPublished // [MQTT-3.3.1-12] [MQTT-3.3.1-13]
+		i := -1
+		if useMap {
+			if j, ok := r.index[sub.sess]; ok {
+				i = j
+			}
+		} else {
+			for j := range r.targets {
+				if r.targets[j].sess == sub.sess {
+					i = j
+					break
+				}
+			}
+		}
+		if i < 0 {
+			r.targets = append(r.targets, target{sess: sub.sess, qos: qos, retain: retain})
+			i = len(r.targets) - 1
+			if useMap {
+				r.index[sub.sess] = i
+			}
+		} else {
+			t := &r.targets[i]
+			t.qos = max(t.qos, qos)
+			t.retain = t.retain || retain
+		}
+		r.targets[i].ids.add(sub.id)
+	}
+	n := 0
+	for i := range r.targets {
+		t := &r.targets[i]
+		c, ok := t.sess.deliver(m, t.qos, t.retain, &t.ids, nil)
+		if ok {
+			n++
+		}
+		r.touch(c)
+	}
+	clear(r.targets)
+	for _, g := range srv.shares.Match(m.topicBytes) {
+		if g.dispatch(m, r) {
+			n++
+		}
+	}
+	srv.stats.msgsRouted.Add(uint64(n))
+	return n
+}
+
+// touch records that c has bytes to write once this batch is handled.
+func (r *router) touch(c *conn) {
+	if c == nil || c == r.owner {
+		return
+	}
+	if r.touched == nil {
+		r.touched = make(map[*conn]struct{})
+	}
+	r.touched[c] = struct{}{}
+}
+
+// flush wakes every touched connection's writer once.
+func (r *router) flush() {
+	for c := range r.touched {
+		c.signal()
+	}
+	clear(r.touched)
+	if r.owner != nil {
+		r.owner.signal()
+	}
+}

@@ -1,0 +1,192 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/linemq/linemq/broker/topic"
+)
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("broker: server closed")
+
+// Server is an MQTT 3.1.1 and 5.0 broker. Make one with New, give it
+// listeners with Serve, and stop it with Shutdown.
+type Server struct {
+	opts   Options
+	log    *slog.Logger
+	clock  Clock
+	closed atomic.Bool
+
+	mu        sync.Mutex // guards sessions and listeners
+	sessions  map[string]*session
+	listeners map[net.Listener]struct{}
+
+	subs     *topic.Index[*subscription] // ordinary subscriptions
+	shares   *topic.Index[*shareGroup]   // share groups, by their filter
+	groupsMu sync.Mutex
+	groups   map[groupKey]*shareGroup
+
+	retained retainedStore
+
+	conns sync.WaitGroup // one per connection goroutine
+	stats counters
+}
+
+// New returns a Server configured by opts, or the first invalid option.
+func New(opts Options) (*Server, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	o := opts.withDefaults()
+	s := &Server{
+		opts:      o,
+		log:       o.Logger,
+		clock:     o.Clock,
+		sessions:  make(map[string]*session),
+		listeners: make(map[net.Listener]struct{}),
+		subs:      topic.NewIndex[*subscription](0),
+		shares:    topic.NewIndex[*shareGroup](0),
+		groups:    make(map[groupKey]*shareGroup),
+	}
+	s.retained.init()
+	return s, nil
+}
+
+// Serve accepts connections on l until l fails or the server shuts down. It
+// always returns a non-nil error; after Shutdown or Close, ErrServerClosed.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closed.Load() {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.listeners[l] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, l)
+		s.mu.Unlock()
+	}()
+	var backoff time.Duration
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			if s.closed.Load() {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Out of file descriptors and the like: wait and retry
+				// rather than spin or give up on the listener.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; retrying", "err", err, "in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		s.conns.Add(1)
+		if s.closed.Load() {
+			s.conns.Done()
+			nc.Close()
+			return ErrServerClosed
+		}
+		c := newConn(s, nc)
+		go c.serve()
+	}
+}
+
+// ServeConn runs one already-accepted connection (a TLS or WebSocket
+// connection from another listener, or a net.Pipe in tests) and returns
+// when it ends.
+func (s *Server) ServeConn(nc net.Conn) {
+	s.conns.Add(1)
+	if s.closed.Load() {
+		s.conns.Done()
+		nc.Close()
+		return
+	}
+	newConn(s, nc).serve()
+}
+
+// Shutdown stops accepting connections, tells every v5 client the server is
+// shutting down (DISCONNECT 0x8B), closes every connection, publishes the
+// wills that this triggers, and waits for the connection goroutines to end
+// or for ctx to be done.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return ErrServerClosed
+	}
+	s.mu.Lock()
+	for l := range s.listeners {
+		l.Close()
+	}
+	var conns []*conn
+	for _, sess := range s.sessions {
+		sess.mu.Lock()
+		if sess.conn != nil {
+			conns = append(conns, sess.conn)
+		}
+		sess.mu.Unlock()
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.kick(0x8B)
+	}
+	done := make(chan struct{})
+	go func() {
+		s.conns.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		for _, c := range conns {
+			c.nc.Close()
+		}
+	}
+	s.flushDelayedWills()
+	return err
+}
+
+// Close shuts the server down without waiting for clients.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := s.Shutdown(ctx)
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// Publish routes a message from the broker itself (not from a client), as a
+// bridge or an internal status topic would.
+func (s *Server) Publish(m *Message) {
+	if m.Retain {
+		s.retain(m)
+	}
+	var r router
+	r.route(s, m, nil)
+	r.flush()
+}
+
+// Addr returns the address of one listener being served, or nil; handy in
+// tests that listen on :0.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for l := range s.listeners {
+		return l.Addr()
+	}
+	return nil
+}

@@ -1,0 +1,319 @@
+package broker
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/linemq/linemq/broker/packet"
+	"github.com/linemq/linemq/broker/share"
+)
+
+// neverExpires is the Session Expiry Interval meaning "never" [MQTT-3.1.2.11.2].
+const neverExpires = 0xFFFFFFFF
+
+// session is the state the broker keeps for one client id: its
+// subscriptions, the messages queued for it and in flight to it, and the
+// inbound QoS 2 packet ids it has not released yet. It outlives connections
+// when the client asked for a persistent session.
+//
+// Every field below mu is guarded by mu.
+type session struct {
+	srv *Server
+	id  string
+
+	mu      sync.Mutex
+	conn    *conn // nil while offline
+	version packet.Version
+	expiry  uint32 // Session Expiry Interval in seconds
+	ended   bool   // removed from the server; deliveries are refused
+
+	subs map[string]*subscription // by filter as subscribed
+
+	seq      uint64              // last delivery sequence number
+	nextPID  uint16              // last packet id handed out
+	inflight map[uint16]delivery // outbound QoS 1/2 awaiting acknowledgement
+	queue    ring                // waiting for the send window or a connection
+	inQoS2   map[uint16]struct{} // inbound QoS 2 ids received, PUBREL not yet
+
+	pendingWill *will // a will waiting out its delay while the client is away
+	willTimer   Timer
+	expiryTimer Timer
+
+	dropped uint64 // messages dropped for this session (queue full, too large)
+}
+
+func newSession(srv *Server, id string, v packet.Version) *session {
+	return &session{
+		srv:      srv,
+		id:       id,
+		version:  v,
+		subs:     make(map[string]*subscription),
+		inflight: make(map[uint16]delivery),
+		inQoS2:   make(map[uint16]struct{}),
+	}
+}
+
+// verdict tells a share group whether the session can take a message at
+// QoS qos now: Take when it can be sent at once, Full when it would have to
+// wait for the send window, Skip when it cannot be accepted at all.
+func (s *session) verdict(qos byte) share.Verdict {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.ended:
+		return share.Skip
+	case s.conn == nil:
+		if qos == 0 || s.queue.len() >= s.srv.opts.MaxQueuedMessages {
+			return share.Skip
+		}
+		return share.Full
+	case qos == 0:
+		return share.Take
+	case s.queue.len() == 0 && len(s.inflight) < int(s.conn.sendMax):
+		return share.Take
+	default:
+		return share.Full
+	}
+}
+
+// deliver hands a message to the session at QoS qos. It sends it at once
+// when the session is connected and its send window has room, queues it
+// otherwise, and drops it (counted) when that is all that is left. It
+// returns the connection that now has bytes to flush, or nil, and whether
+// the message was accepted.
+func (s *session) deliver(m *Message, qos byte, retain bool, ids *subIDs, g *shareGroup) (*conn, bool) {
+	now := s.srv.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return nil, false
+	}
+	if qos == 0 {
+		if s.conn == nil {
+			// QoS 0 is not queued for offline sessions, as Mosquitto's
+			// default; a persistent subscriber wanting them asks for QoS 1.
+			return nil, false
+		}
+		d := delivery{msg: m, retain: retain}
+		if ids != nil {
+			d.subIDs = *ids
+		}
+		if s.sendLocked(&d, 0, now) != written {
+			s.dropped++
+			s.srv.stats.droppedQoS0.Add(1)
+			return nil, false
+		}
+		return s.conn, true
+	}
+	s.seq++
+	d := delivery{msg: m, seq: s.seq, qos: qos, retain: retain, group: g}
+	if ids != nil {
+		d.subIDs = *ids
+	}
+	if s.conn != nil && s.queue.len() == 0 && len(s.inflight) < int(s.conn.sendMax) {
+		s.sendNewLocked(d, now)
+		return s.conn, true
+	}
+	s.enqueueLocked(d)
+	return nil, true
+}
+
+// enqueueLocked appends d to the queue, dropping per the drop policy when the
+// queue is at its limit: a QoS 0 entry first, otherwise the oldest.
+func (s *session) enqueueLocked(d delivery) {
+	if limit := s.srv.opts.MaxQueuedMessages; s.queue.len() >= limit {
+		victim := 0
+		for i := 0; i < s.queue.len(); i++ {
+			if s.queue.at(i).qos == 0 {
+				victim = i
+				break
+			}
+		}
+		s.queue.removeAt(victim)
+		s.dropped++
+		s.srv.stats.droppedQueueFull.Add(1)
+	}
+	s.queue.push(d)
+}
+
+// newPacketID returns an unused packet id for an outbound message.
+func (s *session) newPacketID() uint16 {
+	for {
+		s.nextPID++
+		if s.nextPID == 0 {
+			s.nextPID = 1
+		}
+		if _, used := s.inflight[s.nextPID]; !used {
+			return s.nextPID
+		}
+	}
+}
+
+// sendNewLocked puts a QoS 1 or 2 delivery in flight and sends it. A
+// message the client can never accept (too large) or that expired is
+// dropped and counted; as the spec asks, the broker then behaves as if it
+// had been delivered [MQTT-3.1.2-25]. A message that could not be written
+// because the connection is closing stays in flight, to be sent on
+// reconnect.
+func (s *session) sendNewLocked(d delivery, now time.Time) {
+	pid := s.newPacketID()
+	switch s.sendLocked(&d, pid, now) {
+	case written:
+		d.sent = true
+		s.inflight[pid] = d
+	case busy:
+		s.inflight[pid] = d
+	case tooLarge:
+		s.dropped++
+		s.srv.stats.droppedTooLarge.Add(1)
+	case expiredMsg:
+		s.srv.stats.expired.Add(1)
+	}
+}
+
+// sendLocked encodes d as a PUBLISH onto the session's connection.
+func (s *session) sendLocked(d *delivery, pid uint16, now time.Time) writeResult {
+	c := s.conn
+	if c == nil {
+		return busy
+	}
+	// Expiry stops a message that has not started onward delivery; one
+	// already sent is completed [MQTT-3.3.2-5].
+	if !d.sent && d.msg.expired(now) {
+		return expiredMsg
+	}
+	p := &c.outPub
+	d.msg.fill(p, now)
+	p.QoS = d.qos
+	p.Retain = d.retain
+	p.Dup = d.sent && d.qos > 0
+	p.PacketID = pid
+	p.Props.SubscriptionIDs = d.subIDs.appendTo(p.Props.SubscriptionIDs[:0])
+	if c.version < packet.V5 {
+		p.Props.Reset()
+	}
+	return c.writePublish(p, d.msg.Topic, d.qos == 0)
+}
+
+// ack handles PUBACK (QoS 1) and PUBCOMP (QoS 2) from the client: the
+// message is done, and the window has room for the next queued one.
+func (s *session) ack(t packet.Type, pid uint16) (*conn, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.inflight[pid]
+	if !ok || (t == packet.PUBACK) != (d.qos == 1) || (t == packet.PUBCOMP && !d.released) {
+		return nil, false
+	}
+	delete(s.inflight, pid)
+	s.srv.stats.acked.Add(1)
+	if d.group != nil {
+		d.group.delivered.Add(1)
+	}
+	s.pumpLocked()
+	return s.conn, true
+}
+
+// pubrec handles PUBREC: the client has the QoS 2 message; answer PUBREL.
+// A PUBREC with an error reason ends the exchange [MQTT-4.3.3-?].
+func (s *session) pubrec(pid uint16, reason packet.ReasonCode) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.inflight[pid]
+	c := s.conn
+	if !ok || d.qos != 2 {
+		if c != nil {
+			c.writeAck(packet.PUBREL, pid, packet.PacketIDNotFound)
+		}
+		return
+	}
+	if reason.IsError() {
+		delete(s.inflight, pid)
+		s.pumpLocked()
+		return
+	}
+	d.released = true
+	s.inflight[pid] = d
+	if c != nil {
+		c.writeAck(packet.PUBREL, pid, packet.Success)
+	}
+}
+
+// pumpLocked moves queued messages into flight while the send window has
+// room.
+func (s *session) pumpLocked() {
+	c := s.conn
+	if c == nil {
+		return
+	}
+	now := s.srv.clock.Now()
+	for s.queue.len() > 0 && len(s.inflight) < int(c.sendMax) {
+		s.sendNewLocked(s.queue.pop(), now)
+	}
+}
+
+// resumeLocked runs when a client reconnects to an existing session: it
+// resends every unacknowledged message in its original order, PUBLISH with
+// DUP or PUBREL as its state requires [MQTT-4.4.0-1], then fills the window
+// from the queue.
+func (s *session) resumeLocked() {
+	c := s.conn
+	now := s.srv.clock.Now()
+	pids := make([]uint16, 0, len(s.inflight))
+	for pid := range s.inflight {
+		pids = append(pids, pid)
+	}
+	slices.SortFunc(pids, func(a, b uint16) int {
+		return cmp.Compare(s.inflight[a].seq, s.inflight[b].seq)
+	})
+	for _, pid := range pids {
+		d := s.inflight[pid]
+		if d.released {
+			c.writeAck(packet.PUBREL, pid, packet.Success)
+			continue
+		}
+		switch s.sendLocked(&d, pid, now) {
+		case written:
+			d.sent = true
+			s.inflight[pid] = d
+		case tooLarge, expiredMsg:
+			delete(s.inflight, pid)
+			s.dropped++
+		}
+	}
+	s.pumpLocked()
+}
+
+// pending returns the number of queued and in-flight messages.
+func (s *session) pending() (queued, inflight int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.queue.len(), len(s.inflight)
+}
+
+// takeUndelivered removes and returns the messages a departing member of
+// group g still holds: everything queued for g, and QoS 1 messages in
+// flight for g. QoS 2 messages in flight stay with the member
+// [MQTT-4.8.2-5]; the spec binds them to it.
+func (s *session) takeUndelivered(g *shareGroup) []delivery {
+	var out []delivery
+	var keep ring
+	for s.queue.len() > 0 {
+		d := s.queue.pop()
+		if d.group == g || (g == nil && d.group != nil) {
+			out = append(out, d)
+		} else {
+			keep.push(d)
+		}
+	}
+	s.queue = keep
+	for pid, d := range s.inflight {
+		if (d.group == g || (g == nil && d.group != nil)) && d.qos == 1 {
+			out = append(out, d)
+			delete(s.inflight, pid)
+		}
+	}
+	slices.SortFunc(out, func(a, b delivery) int { return cmp.Compare(a.seq, b.seq) })
+	return out
+}

@@ -1,0 +1,226 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"sync"
+	"sync/atomic"
+
+	"github.com/linemq/linemq/broker/packet"
+	"github.com/linemq/linemq/broker/share"
+)
+
+// ShareOptions configure shared subscription groups.
+type ShareOptions struct {
+	// Strategy is the pick strategy of groups no policy names: round_robin
+	// (the default), random, sticky, hash_clientid, hash_topic or prefer_local.
+	Strategy string
+	// Groups are per-group policies; the first whose Name pattern matches a
+	// group's name applies to it.
+	Groups []GroupPolicy
+}
+
+// GroupPolicy declares how a share group (or a family of them) behaves, and
+// who may join it: the contract that keeps a consumer needing the complete
+// stream out of a worker pool.
+type GroupPolicy struct {
+	// Name is the group name or a glob pattern (path.Match syntax) of names.
+	Name string
+	// Strategy overrides ShareOptions.Strategy; empty keeps it.
+	Strategy string
+	// StrictRotation turns off passing over members whose send window is
+	// full (configured as skip_full_members: false).
+	StrictRotation bool
+	// RedispatchOnDisconnect hands a member's queued and unacknowledged
+	// QoS 1 messages to the other members as soon as its connection breaks,
+	// instead of when its session ends.
+	RedispatchOnDisconnect bool
+	// AllowedClients are client id glob patterns; when set, other clients
+	// are refused with 0x87 Not authorized.
+	AllowedClients []string
+	// MinMembers marks the group degraded while it has fewer members.
+	MinMembers int
+	// MaxMembers refuses members beyond it with 0x97 Quota exceeded; 0 for no limit.
+	MaxMembers int
+}
+
+func (o *ShareOptions) validate() error {
+	var errs []error
+	if o.Strategy != "" {
+		if _, err := share.ParseStrategy(o.Strategy); err != nil {
+			errs = append(errs, fmt.Errorf("broker: Shares.Strategy: %w", err))
+		}
+	}
+	for i, g := range o.Groups {
+		if g.Name == "" {
+			errs = append(errs, fmt.Errorf("broker: Shares.Groups[%d].Name is empty", i))
+		} else if _, err := path.Match(g.Name, ""); err != nil {
+			errs = append(errs, fmt.Errorf("broker: Shares.Groups[%d].Name %q: %w", i, g.Name, err))
+		}
+		if g.Strategy != "" {
+			if _, err := share.ParseStrategy(g.Strategy); err != nil {
+				errs = append(errs, fmt.Errorf("broker: Shares.Groups[%d].Strategy: %w", i, err))
+			}
+		}
+		for _, p := range g.AllowedClients {
+			if _, err := path.Match(p, ""); err != nil {
+				errs = append(errs, fmt.Errorf("broker: Shares.Groups[%d].AllowedClients %q: %w", i, p, err))
+			}
+		}
+		if g.MinMembers < 0 || g.MaxMembers < 0 || (g.MaxMembers > 0 && g.MinMembers > g.MaxMembers) {
+			errs = append(errs, fmt.Errorf("broker: Shares.Groups[%d]: need 0 <= MinMembers <= MaxMembers", i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// policyFor resolves the policy of the group named name.
+func (o *ShareOptions) policyFor(name string) (GroupPolicy, share.Options) {
+	so := share.Options{SkipFull: true}
+	so.Strategy, _ = share.ParseStrategy(o.Strategy)
+	for _, g := range o.Groups {
+		if ok, _ := path.Match(g.Name, name); ok {
+			if g.Strategy != "" {
+				so.Strategy, _ = share.ParseStrategy(g.Strategy)
+			}
+			so.SkipFull = !g.StrictRotation
+			return g, so
+		}
+	}
+	return GroupPolicy{}, so
+}
+
+// groupKey identifies a share group: the same name with another filter is
+// another group [MQTT-4.8.2].
+type groupKey struct{ name, filter string }
+
+// shareGroup is one share group on this node: its members and counters.
+type shareGroup struct {
+	key    groupKey
+	policy GroupPolicy
+
+	mu     sync.Mutex // guards g and qos; taken before any member's session mu
+	g      *share.Group[*subscription]
+	qos    byte // QoS of the message being picked for, read by accept
+	accept func(share.Member[*subscription]) share.Verdict
+	ended  bool
+
+	in, delivered, acked, redispatched, dropped, discarded atomic.Uint64
+}
+
+func newShareGroup(key groupKey, opts *ShareOptions) *shareGroup {
+	pol, so := opts.policyFor(key.name)
+	g := &shareGroup{key: key, policy: pol, g: share.NewGroup[*subscription](key.name, key.filter, so)}
+	// One closure per group, made once, so that Pick does not allocate one
+	// per message.
+	g.accept = func(m share.Member[*subscription]) share.Verdict {
+		return m.Value.sess.verdict(min(g.qos, m.Value.qos))
+	}
+	return g
+}
+
+// dispatch hands m to one member of the group. It reports whether a member
+// took it; when none can, the group loses the message and counts it.
+func (g *shareGroup) dispatch(m *Message, r *router) bool {
+	g.in.Add(1)
+	g.mu.Lock()
+	if g.ended {
+		g.mu.Unlock()
+		g.discarded.Add(1)
+		return false
+	}
+	g.qos = m.QoS
+	mem, ok := g.g.Pick(share.Key{ClientID: m.originBytes, Topic: m.topicBytes}, g.accept)
+	g.mu.Unlock()
+	if !ok {
+		g.dropped.Add(1)
+		return false
+	}
+	sub := mem.Value
+	var ids subIDs
+	ids.add(sub.id)
+	c, accepted := sub.sess.deliver(m, min(m.QoS, sub.qos), m.Retain && sub.retainAsPublished, &ids, g)
+	if !accepted {
+		g.dropped.Add(1)
+		return false
+	}
+	g.delivered.Add(1)
+	r.touch(c)
+	return true
+}
+
+// joinGroup adds sub to its share group, creating the group on first use.
+// A client the group's contract does not allow is refused.
+func (srv *Server) joinGroup(name, filter string, sub *subscription) packet.ReasonCode {
+	key := groupKey{name, filter}
+	srv.groupsMu.Lock()
+	defer srv.groupsMu.Unlock()
+	g := srv.groups[key]
+	if g == nil {
+		g = newShareGroup(key, &srv.opts.Shares)
+	}
+	if allowed := g.policy.AllowedClients; len(allowed) > 0 && !matchAny(allowed, sub.sess.id) {
+		srv.log.Warn("client refused by share group contract", "client", sub.sess.id, "group", name, "filter", filter)
+		return packet.NotAuthorized
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, member := g.g.Get(sub.sess.id); !member && g.policy.MaxMembers > 0 && g.g.Len() >= g.policy.MaxMembers {
+		srv.log.Warn("share group full", "client", sub.sess.id, "group", name, "max", g.policy.MaxMembers)
+		return packet.QuotaExceeded
+	}
+	g.g.Join(share.Member[*subscription]{ID: sub.sess.id, Local: true, Value: sub})
+	sub.group = g
+	if srv.groups[key] == nil {
+		srv.groups[key] = g
+		srv.shares.Add(filter, g)
+	}
+	return packet.GrantedQoS0
+}
+
+// leaveGroup removes sub from its group; the group ends with its last member.
+func (srv *Server) leaveGroup(sub *subscription) {
+	g := sub.group
+	srv.groupsMu.Lock()
+	defer srv.groupsMu.Unlock()
+	g.mu.Lock()
+	if m, ok := g.g.Get(sub.sess.id); ok && m.Value == sub {
+		g.g.Leave(sub.sess.id)
+	}
+	empty := g.g.Len() == 0
+	if empty {
+		g.ended = true
+	}
+	g.mu.Unlock()
+	if empty && srv.groups[g.key] == g {
+		delete(srv.groups, g.key)
+		srv.shares.Remove(g.key.filter, g)
+	}
+}
+
+// redispatch hands messages a departed member held to the other members of
+// their groups. A group that has ended discards them (counted).
+func (srv *Server) redispatch(ds []delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	var r router
+	for _, d := range ds {
+		if d.group == nil {
+			continue
+		}
+		d.group.redispatched.Add(1)
+		d.group.dispatch(d.msg, &r)
+	}
+	r.flush()
+}
+
+func matchAny(patterns []string, s string) bool {
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, s); ok {
+			return true
+		}
+	}
+	return false
+}

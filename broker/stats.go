@@ -1,0 +1,75 @@
+package broker
+
+import "sync/atomic"
+
+// counters are the broker's running totals, updated with atomics on the
+// hot path and read by Stats.
+type counters struct {
+	connected        atomic.Int64
+	connects         atomic.Uint64
+	packetsIn        atomic.Uint64
+	msgsIn           atomic.Uint64
+	bytesIn          atomic.Uint64
+	msgsRouted       atomic.Uint64
+	acked            atomic.Uint64
+	dupQoS2          atomic.Uint64
+	droppedQoS0      atomic.Uint64
+	droppedQueueFull atomic.Uint64
+	droppedTooLarge  atomic.Uint64
+	expired          atomic.Uint64
+	expiredSessions  atomic.Uint64
+	willsPublished   atomic.Uint64
+}
+
+// Stats is a snapshot of the broker's counters and sizes.
+type Stats struct {
+	ClientsConnected  int64  // connections with an accepted CONNECT
+	Connects          uint64 // CONNECTs accepted since start
+	Sessions          int    // sessions, connected or not
+	Subscriptions     int    // ordinary subscriptions
+	ShareGroups       int    // share groups with at least one member
+	Retained          int    // retained messages
+	PacketsIn         uint64 // packets received
+	MessagesIn        uint64 // PUBLISH packets received
+	BytesIn           uint64 // payload bytes received
+	MessagesRouted    uint64 // deliveries to sessions
+	Acknowledged      uint64 // QoS 1/2 deliveries acknowledged by subscribers
+	DuplicateQoS2     uint64 // QoS 2 resends recognised and not routed again
+	DroppedQoS0       uint64 // QoS 0 messages dropped for a slow or absent client
+	DroppedQueueFull  uint64 // messages dropped from a full session queue
+	DroppedTooLarge   uint64 // messages larger than the client's Maximum Packet Size
+	Expired           uint64 // messages whose expiry passed before delivery
+	ExpiredSessions   uint64 // sessions ended by their expiry interval
+	WillsPublished    uint64 // will messages published
+}
+
+// Stats returns a snapshot of the broker's counters.
+func (srv *Server) Stats() Stats {
+	srv.mu.Lock()
+	sessions := len(srv.sessions)
+	srv.mu.Unlock()
+	srv.groupsMu.Lock()
+	groups := len(srv.groups)
+	srv.groupsMu.Unlock()
+	c := &srv.stats
+	return Stats{
+		ClientsConnected: c.connected.Load(),
+		Connects:         c.connects.Load(),
+		Sessions:         sessions,
+		Subscriptions:    srv.subs.Len(),
+		ShareGroups:      groups,
+		Retained:         srv.retained.len(),
+		PacketsIn:        c.packetsIn.Load(),
+		MessagesIn:       c.msgsIn.Load(),
+		BytesIn:          c.bytesIn.Load(),
+		MessagesRouted:   c.msgsRouted.Load(),
+		Acknowledged:     c.acked.Load(),
+		DuplicateQoS2:    c.dupQoS2.Load(),
+		DroppedQoS0:      c.droppedQoS0.Load(),
+		DroppedQueueFull: c.droppedQueueFull.Load(),
+		DroppedTooLarge:  c.droppedTooLarge.Load(),
+		Expired:          c.expired.Load(),
+		ExpiredSessions:  c.expiredSessions.Load(),
+		WillsPublished:   c.willsPublished.Load(),
+	}
+}
