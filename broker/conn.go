@@ -40,7 +40,7 @@ type conn struct {
 	maxOut      uint32 // the client's Maximum Packet Size, 0 for none
 	aliasMaxOut uint16 // the client's Topic Alias Maximum
 	problemInfo bool   // the client's Request Problem Information
-	will        *will // nil when CONNECT had none
+	will        *will  // nil when CONNECT had none
 
 	// Owned by the reader goroutine.
 	pub       packet.Publish
@@ -332,10 +332,10 @@ func (c *conn) writeAck(t packet.Type, pid uint16, reason packet.ReasonCode) {
 type writeResult uint8
 
 const (
-	written  writeResult = iota // appended to the output
-	tooLarge                    // larger than the client's Maximum Packet Size: never sendable
-	busy                        // connection closing, or QoS 0 over the pending limit
-	expiredMsg                  // the message expired while it waited
+	written    writeResult = iota // appended to the output
+	tooLarge                      // larger than the client's Maximum Packet Size: never sendable
+	busy                          // connection closing, or QoS 0 over the pending limit
+	expiredMsg                    // the message expired while it waited
 )
 
 // writePublish appends p, applying an outbound topic alias when the client

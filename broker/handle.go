@@ -17,10 +17,10 @@ var (
 	errUnexpected      = &packet.Error{Code: packet.ProtocolError, Reason: "packet type not sent by clients"} // e.g. CONNACK
 	errAuthNoMethod    = &packet.Error{Code: packet.ProtocolError, Reason: "AUTH without an authentication method in CONNECT"}
 	errExpiryFromZero  = &packet.Error{Code: packet.ProtocolError, Reason: "DISCONNECT sets a session expiry after CONNECT set 0"} // [MQTT-3.14.2-2]
-	errBadAlias        = &packet.Error{Code: packet.TopicAliasInvalid, Reason: "topic alias above the maximum"}                     // [MQTT-3.3.2-9]
-	errUnknownAlias    = &packet.Error{Code: packet.ProtocolError, Reason: "topic alias not yet mapped to a topic"}                 // [MQTT-3.3.2-?]
-	errBadTopicName    = &packet.Error{Code: packet.TopicNameInvalid, Reason: "topic name with wildcards or empty"}                 // [MQTT-3.3.2-2]
-	errRetainDisabled  = &packet.Error{Code: packet.RetainNotSupported, Reason: "retained publish while retain is not available"}    // [MQTT-3.3.1-?]
+	errBadAlias        = &packet.Error{Code: packet.TopicAliasInvalid, Reason: "topic alias above the maximum"}                    // [MQTT-3.3.2-9]
+	errUnknownAlias    = &packet.Error{Code: packet.ProtocolError, Reason: "topic alias not yet mapped to a topic"}                // [MQTT-3.3.2-?]
+	errBadTopicName    = &packet.Error{Code: packet.TopicNameInvalid, Reason: "topic name with wildcards or empty"}                // [MQTT-3.3.2-2]
+	errRetainDisabled  = &packet.Error{Code: packet.RetainNotSupported, Reason: "retained publish while retain is not available"}  // [MQTT-3.3.1-?]
 	errRecvMaxExceeded = &packet.Error{Code: packet.ReceiveMaximumExceeded, Reason: "more unacknowledged QoS 2 publishes than Receive Maximum"}
 	errNoLocalShared   = &packet.Error{Code: packet.ProtocolError, Reason: "No Local on a shared subscription"} // [MQTT-3.8.3-4]
 	errSubIDsOff       = &packet.Error{Code: packet.SubIDsNotSupported, Reason: "subscription identifiers are not available"}

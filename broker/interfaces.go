@@ -121,13 +121,13 @@ type Snapshot struct {
 
 // SessionRecord is the stored form of a persistent session.
 type SessionRecord struct {
-	ClientID      string
-	Version       packet.Version
+	ClientID       string
+	Version        packet.Version
 	ExpiryInterval uint32    // seconds; 0xFFFFFFFF never
-	Disconnected  time.Time // zero while connected
-	Subscriptions []SubscriptionRecord
-	Will          *Message // nil when none
-	WillDelay     uint32
+	Disconnected   time.Time // zero while connected
+	Subscriptions  []SubscriptionRecord
+	Will           *Message // nil when none
+	WillDelay      uint32
 }
 
 // SubscriptionRecord is a stored subscription with its options.

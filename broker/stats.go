@@ -23,24 +23,24 @@ type counters struct {
 
 // Stats is a snapshot of the broker's counters and sizes.
 type Stats struct {
-	ClientsConnected  int64  // connections with an accepted CONNECT
-	Connects          uint64 // CONNECTs accepted since start
-	Sessions          int    // sessions, connected or not
-	Subscriptions     int    // ordinary subscriptions
-	ShareGroups       int    // share groups with at least one member
-	Retained          int    // retained messages
-	PacketsIn         uint64 // packets received
-	MessagesIn        uint64 // PUBLISH packets received
-	BytesIn           uint64 // payload bytes received
-	MessagesRouted    uint64 // deliveries to sessions
-	Acknowledged      uint64 // QoS 1/2 deliveries acknowledged by subscribers
-	DuplicateQoS2     uint64 // QoS 2 resends recognised and not routed again
-	DroppedQoS0       uint64 // QoS 0 messages dropped for a slow or absent client
-	DroppedQueueFull  uint64 // messages dropped from a full session queue
-	DroppedTooLarge   uint64 // messages larger than the client's Maximum Packet Size
-	Expired           uint64 // messages whose expiry passed before delivery
-	ExpiredSessions   uint64 // sessions ended by their expiry interval
-	WillsPublished    uint64 // will messages published
+	ClientsConnected int64  // connections with an accepted CONNECT
+	Connects         uint64 // CONNECTs accepted since start
+	Sessions         int    // sessions, connected or not
+	Subscriptions    int    // ordinary subscriptions
+	ShareGroups      int    // share groups with at least one member
+	Retained         int    // retained messages
+	PacketsIn        uint64 // packets received
+	MessagesIn       uint64 // PUBLISH packets received
+	BytesIn          uint64 // payload bytes received
+	MessagesRouted   uint64 // deliveries to sessions
+	Acknowledged     uint64 // QoS 1/2 deliveries acknowledged by subscribers
+	DuplicateQoS2    uint64 // QoS 2 resends recognised and not routed again
+	DroppedQoS0      uint64 // QoS 0 messages dropped for a slow or absent client
+	DroppedQueueFull uint64 // messages dropped from a full session queue
+	DroppedTooLarge  uint64 // messages larger than the client's Maximum Packet Size
+	Expired          uint64 // messages whose expiry passed before delivery
+	ExpiredSessions  uint64 // sessions ended by their expiry interval
+	WillsPublished   uint64 // will messages published
 }
 
 // Stats returns a snapshot of the broker's counters.
