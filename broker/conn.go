@@ -104,7 +104,8 @@ func (c *conn) serve() {
 func (c *conn) readLoop() (packet.ReasonCode, error) {
 	buf := make([]byte, 0, minReadBuf)
 	shorts := 0
-	c.nc.SetReadDeadline(c.srv.clock.Now().Add(c.srv.opts.ConnectTimeout))
+	// Network deadlines use the real clock: they are the kernel's business.
+	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.ConnectTimeout))
 	for {
 		if c.connected && c.keepAlive > 0 {
 			c.nc.SetReadDeadline(time.Now().Add(c.keepAlive * 3 / 2))
