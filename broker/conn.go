@@ -118,6 +118,9 @@ func (c *conn) readLoop() (packet.ReasonCode, error) {
 		if n > 0 {
 			off, rerr := c.frames(buf)
 			c.flush()
+			if rerr == errClientDisconnect || rerr == errRefused {
+				return 0, rerr
+			}
 			if rerr != nil {
 				return packet.CodeOf(rerr), rerr
 			}
@@ -256,11 +259,20 @@ func (c *conn) isClosing() bool {
 // kick ends the connection from the broker's side: a v5 client is sent
 // DISCONNECT with reason first [MQTT-4.13.2-1]; then the writer flushes and
 // closes the socket, which ends the reader.
-func (c *conn) kick(reason packet.ReasonCode) {
+func (c *conn) kick(reason packet.ReasonCode) { c.kickWith(reason, "") }
+
+// kickWith is kick with a Reason String explaining the reason code. A
+// DISCONNECT may carry one even when the client asked for no problem
+// information [MQTT-3.1.2-29].
+func (c *conn) kickWith(reason packet.ReasonCode, text string) {
 	c.wmu.Lock()
 	if !c.closing {
 		if c.version >= packet.V5 && c.connected && reason != 0 {
 			d := packet.Disconnect{Reason: reason}
+			if text != "" {
+				d.Props.Set(packet.PropReasonString)
+				d.Props.ReasonString = []byte(text)
+			}
 			c.out = d.Append(c.out, c.version)
 		}
 		c.closing = true
@@ -272,7 +284,7 @@ func (c *conn) kick(reason packet.ReasonCode) {
 // teardown runs once on the reader goroutine after the read loop ended.
 func (c *conn) teardown(reason packet.ReasonCode, cause error) {
 	if c.connected && reason != 0 {
-		c.kick(reason)
+		c.kickWith(reason, reasonText(cause))
 	} else if reason != 0 && c.version >= packet.V5 && !c.connected && cause != errConnectTimeout {
 		// A v5 client whose CONNECT was refused before acceptance learns
 		// why through the CONNACK [MQTT-4.13.1-1].
@@ -310,6 +322,16 @@ func (c *conn) teardown(reason packet.ReasonCode, cause error) {
 	}
 }
 
+// reasonText returns the human-readable detail of a decode or protocol
+// error, for a Reason String.
+func reasonText(err error) string {
+	var pe *packet.Error
+	if errors.As(err, &pe) {
+		return pe.Reason
+	}
+	return ""
+}
+
 // write appends an already-encoded packet.
 func (c *conn) writeBytes(b []byte) {
 	c.wmu.Lock()
@@ -322,6 +344,11 @@ func (c *conn) writeBytes(b []byte) {
 // writeAck appends a PUBACK, PUBREC, PUBREL or PUBCOMP.
 func (c *conn) writeAck(t packet.Type, pid uint16, reason packet.ReasonCode) {
 	a := packet.Ack{Type: t, PacketID: pid, Reason: reason}
+	if reason.IsError() && c.problemInfo && c.version >= packet.V5 {
+		// Problem information only when the client did not turn it off [MQTT-3.1.2-29].
+		a.Props.Set(packet.PropReasonString)
+		a.Props.ReasonString = []byte(reason.String())
+	}
 	c.wmu.Lock()
 	if !c.closing {
 		c.out = a.Append(c.out, c.version)

@@ -63,8 +63,7 @@ func (c *conn) handleConnect(body []byte) error {
 		}
 		id = newClientID()
 		assigned = v5 // a 3.1.1 client is never told its id
-	}
-	if len(id) > opts.MaxClientIDLength {
+	} else if len(id) > opts.MaxClientIDLength {
 		return c.refuse(c.version, packet.ClientIDNotValid)
 	}
 	c.clientID = id

@@ -100,8 +100,9 @@ func (srv *Server) detach(c *conn, reason packet.ReasonCode) {
 	expiry := sess.expiry
 	if expiry != 0 && w != nil && w.delay > 0 {
 		delay := time.Duration(min(w.delay, expiry)) * time.Second
-		sess.pendingWill = w
-		sess.willTimer = srv.clock.AfterFunc(delay, func() { srv.willDue(sess, w) })
+		pending := w
+		sess.pendingWill = pending
+		sess.willTimer = srv.clock.AfterFunc(delay, func() { srv.willDue(sess, pending) })
 		w = nil
 	}
 	if expiry != 0 && expiry != neverExpires {
