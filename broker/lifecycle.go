@@ -97,7 +97,16 @@ func (srv *Server) detach(c *conn, reason packet.ReasonCode) {
 		return
 	}
 	sess.conn = nil
+	sess.disconnects++
 	expiry := sess.expiry
+	var early []delivery
+	for _, sub := range sess.subs {
+		// Groups that asked for it get this member's messages back as soon
+		// as its connection breaks, not when its session ends.
+		if sub.group != nil && sub.group.policy.RedispatchOnDisconnect {
+			early = append(early, sess.takeUndelivered(sub.group)...)
+		}
+	}
 	if expiry != 0 && w != nil && w.delay > 0 {
 		delay := time.Duration(min(w.delay, expiry)) * time.Second
 		pending := w
@@ -110,6 +119,7 @@ func (srv *Server) detach(c *conn, reason packet.ReasonCode) {
 	}
 	sess.mu.Unlock()
 
+	srv.redispatch(early)
 	if w != nil {
 		srv.publishWill(w, now)
 	}

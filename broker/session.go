@@ -41,7 +41,9 @@ type session struct {
 	willTimer   Timer
 	expiryTimer Timer
 
-	dropped uint64 // messages dropped for this session (queue full, too large)
+	dropped      uint64 // messages dropped for this session (queue full, too large)
+	disconnects  uint64 // connections that ended
+	redeliveries uint64 // PUBLISH packets resent with DUP after a reconnect
 }
 
 func newSession(srv *Server, id string, v packet.Version) *session {
@@ -209,7 +211,7 @@ func (s *session) ack(t packet.Type, pid uint16) (*conn, bool) {
 	delete(s.inflight, pid)
 	s.srv.stats.acked.Add(1)
 	if d.group != nil {
-		d.group.delivered.Add(1)
+		d.group.acked.Add(1)
 	}
 	s.pumpLocked()
 	return s.conn, true
@@ -273,8 +275,12 @@ func (s *session) resumeLocked() {
 			c.writeAck(packet.PUBREL, pid, packet.Success)
 			continue
 		}
+		wasSent := d.sent
 		switch s.sendLocked(&d, pid, now) {
 		case written:
+			if wasSent {
+				s.redeliveries++
+			}
 			d.sent = true
 			s.inflight[pid] = d
 		case tooLarge, expiredMsg:

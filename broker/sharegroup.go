@@ -146,6 +146,7 @@ func (g *shareGroup) dispatch(m *Message, r *router) bool {
 		return false
 	}
 	g.delivered.Add(1)
+	sub.delivered.Add(1)
 	r.touch(c)
 	return true
 }

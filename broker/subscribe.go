@@ -2,6 +2,7 @@ package broker
 
 import (
 	"strings"
+	"sync/atomic"
 
 	"github.com/linemq/linemq/broker/packet"
 	"github.com/linemq/linemq/broker/topic"
@@ -21,6 +22,7 @@ type subscription struct {
 	id                uint32      // subscription identifier, 0 for none
 	group             *shareGroup // nil for ordinary subscriptions
 	groupName         string
+	delivered         atomic.Uint64 // messages its group handed to it
 }
 
 // handleSubscribe handles SUBSCRIBE: each filter is validated, authorised
