@@ -643,7 +643,7 @@ func TestV5BadFiltersInSuback(t *testing.T) {
 		{Filter: []byte("fine/+"), QoS: 2},
 	}})
 	want := []packet.ReasonCode{1, 0x8F, 0x8F, 0x8F, 0x8F, 2}
-	if fmt.Sprint(sa.Reasons) != fmt.Sprint(want) {
+	if codes(sa.Reasons) != codes(want) {
 		t.Fatalf("SUBACK %v, want %v", sa.Reasons, want)
 	}
 }

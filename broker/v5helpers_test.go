@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -123,4 +124,13 @@ func withExpiry(c *packet.Connect, secs uint32) *packet.Connect {
 	c.Props.Set(packet.PropSessionExpiry)
 	c.Props.SessionExpiry = secs
 	return c
+}
+
+// codes formats reason codes as numbers, for comparisons in tests.
+func codes(rs []packet.ReasonCode) string {
+	b := make([]byte, len(rs))
+	for i, r := range rs {
+		b[i] = byte(r)
+	}
+	return fmt.Sprint(b)
 }

@@ -1,0 +1,441 @@
+package broker_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/broker/brokertest"
+	"github.com/linemq/linemq/broker/packet"
+)
+
+// waitMembers waits until the group has n members.
+func waitMembers(t *testing.T, srv *broker.Server, name string, n int) {
+	t.Helper()
+	brokertest.Eventually(t, 5*time.Second, fmt.Sprintf("group %s with %d members", name, n), func() bool {
+		for _, g := range srv.ShareGroups() {
+			if g.Name == name && g.Members == n {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func TestShareRoundRobinExactSequence(t *testing.T) {
+	_, addr := brokertest.RunServer(t, broker.Options{})
+	names := []string{"A", "B", "C", "D", "E"}
+	workers := make([]*v5, len(names))
+	for i, n := range names {
+		workers[i], _ = dialV5(t, addr, &paho.Connect{ClientID: n, CleanStart: true}, nil)
+		workers[i].sub("$share/pool/line/+/temp", 1)
+	}
+	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
+	var got []string
+	for i := range 10 {
+		pub.pub("line/1/temp", 1, false, fmt.Sprint(i))
+		for j, w := range workers {
+			select {
+			case m := <-w.msgs:
+				if m.Topic != "line/1/temp" {
+					t.Fatalf("topic %s", m.Topic)
+				}
+				got = append(got, names[j])
+			default:
+			}
+		}
+		// Each message must have reached exactly one worker before the next.
+		brokertest.Eventually(t, 5*time.Second, "one delivery", func() bool {
+			for j, w := range workers {
+				select {
+				case <-w.msgs:
+					got = append(got, names[j])
+				default:
+				}
+			}
+			return len(got) >= i+1
+		})
+	}
+	if s := strings.Join(got, " "); s != "A B C D E A B C D E" {
+		t.Fatalf("sequence %q, want A B C D E A B C D E", s)
+	}
+	for _, w := range workers {
+		w.none(50 * time.Millisecond)
+	}
+}
+
+func TestShareTwoMembersFourMessages(t *testing.T) {
+	_, addr := brokertest.RunServer(t, broker.Options{})
+	a, _ := dialV5(t, addr, &paho.Connect{ClientID: "a", CleanStart: true}, nil)
+	b, _ := dialV5(t, addr, &paho.Connect{ClientID: "b", CleanStart: true}, nil)
+	a.sub("$share/g/t", 1)
+	b.sub("$share/g/t", 1)
+	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	for i := range 4 {
+		pub.pub("t", 1, false, fmt.Sprint(i))
+	}
+	for _, w := range []*v5{a, b} {
+		w.next()
+		w.next()
+		w.none(50 * time.Millisecond)
+	}
+}
+
+func TestShareFilterSyntax(t *testing.T) {
+	_, addr := brokertest.RunServer(t, broker.Options{})
+	c, _ := brokertest.Connect(t, addr, rawV5("c", true))
+	sa := c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{
+		{Filter: []byte("$share/workers"), QoS: 1},
+		{Filter: []byte("$share//sensors/#"), QoS: 1},
+		{Filter: []byte("$share/a+b/x"), QoS: 1},
+		{Filter: []byte("$share/g/"), QoS: 1},
+		{Filter: []byte("$share/consumer1//finance"), QoS: 1},
+		{Filter: []byte("$share/a#/x"), QoS: 1},
+	}})
+	want := "[143 143 143 143 1 143]"
+	if codes(sa.Reasons) != want {
+		t.Fatalf("SUBACK %v, want %s", sa.Reasons, want)
+	}
+	// $share/consumer1//finance matches /finance.
+	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	pub.pub("/finance", 1, false, "$")
+	var p packet.Publish
+	c.Expect(packet.PUBLISH, &p)
+	if string(p.Topic) != "/finance" {
+		t.Fatalf("got %s", p.Topic)
+	}
+	// 3.1.1 clients get 0x80 for the invalid ones.
+	v3, _ := brokertest.Connect(t, addr, &packet.Connect{Version: packet.V311, ClientID: []byte("v3"), CleanStart: true})
+	sa = v3.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{
+		{Filter: []byte("$share/workers")}, {Filter: []byte("$share/w/ok/#"), QoS: 1},
+	}})
+	if codes(sa.Reasons) != "[128 1]" {
+		t.Fatalf("3.1.1 SUBACK %v, want [128 1]", sa.Reasons)
+	}
+}
+
+func TestShareCopiesPerGroupAndPlain(t *testing.T) {
+	srv, addr := brokertest.RunServer(t, broker.Options{})
+	// g1 has two members; g2 one; "both" holds a plain and a g1 subscription;
+	// "other" has g1 with another filter, which is another group.
+	both, _ := dialV5(t, addr, &paho.Connect{ClientID: "both", CleanStart: true}, nil)
+	both.sub("$share/g1/plant/#", 1)
+	both.sub("plant/#", 1)
+	m2, _ := dialV5(t, addr, &paho.Connect{ClientID: "m2", CleanStart: true}, nil)
+	m2.sub("$share/g1/plant/#", 1)
+	g2, _ := dialV5(t, addr, &paho.Connect{ClientID: "g2", CleanStart: true}, nil)
+	g2.sub("$share/g2/plant/#", 1)
+	other, _ := dialV5(t, addr, &paho.Connect{ClientID: "other", CleanStart: true}, nil)
+	other.sub("$share/g1/plant/+/x", 1)
+	if n := len(srv.ShareGroups()); n != 3 {
+		t.Fatalf("%d groups, want 3 (g1 twice with two filters, g2)", n)
+	}
+	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	pub.pub("plant/1/x", 1, false, "m")
+	// both: plain copy + its g1 turn (it joined first) = 2 copies.
+	both.next()
+	both.next()
+	both.none(50 * time.Millisecond)
+	m2.none(50 * time.Millisecond)
+	g2.next()
+	other.next()
+}
+
+func TestShareQoSDowngradeAndNoRetained(t *testing.T) {
+	_, addr := brokertest.RunServer(t, broker.Options{})
+	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	pub.pub("r/t", 1, true, "retained")
+	w, _ := dialV5(t, addr, &paho.Connect{ClientID: "w", CleanStart: true}, nil)
+	w.sub("$share/g/r/#", 0)
+	w.none(100 * time.Millisecond) // never retained to a shared subscription
+	pub.pub("r/t", 2, false, "live")
+	if m := w.next(); m.QoS != 0 || string(m.Payload) != "live" {
+		t.Fatalf("got qos %d %q, want QoS 0 live", m.QoS, m.Payload)
+	}
+}
+
+func TestShareBackpressureSkipsFullMember(t *testing.T) {
+	srv, addr := brokertest.RunServer(t, broker.Options{})
+	cp := rawV5("wedged", true)
+	cp.Props.Set(packet.PropReceiveMaximum)
+	cp.Props.ReceiveMaximum = 3
+	wedged, _ := brokertest.Connect(t, addr, cp)
+	wedged.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/g/job"), QoS: 1}}})
+	fast, _ := dialV5(t, addr, &paho.Connect{ClientID: "fast", CleanStart: true}, nil)
+	fast.sub("$share/g/job", 1)
+	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	const n = 100
+	for i := range n {
+		pub.pub("job", 1, false, fmt.Sprint(i))
+	}
+	seen := map[string]bool{}
+	for range 3 {
+		var p packet.Publish
+		wedged.Expect(packet.PUBLISH, &p)
+		seen[string(p.Payload)] = true
+	}
+	wedged.ExpectNothing(100 * time.Millisecond)
+	for range n - 3 {
+		m := fast.next()
+		if seen[string(m.Payload)] {
+			t.Fatalf("duplicate %s", m.Payload)
+		}
+		seen[string(m.Payload)] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d distinct messages, want %d", len(seen), n)
+	}
+	var wedgedStats broker.MemberStats
+	for _, g := range srv.ShareGroups() {
+		for _, m := range g.MemberStats {
+			if m.ClientID == "wedged" {
+				wedgedStats = m
+			}
+		}
+	}
+	if wedgedStats.InFlight != 3 || wedgedStats.Queued != 0 {
+		t.Fatalf("wedged member stats %+v, want 3 in flight and nothing queued", wedgedStats)
+	}
+}
+
+func TestShareStrictRotationQueuesToFullMember(t *testing.T) {
+	_, addr := brokertest.RunServer(t, broker.Options{Shares: broker.ShareOptions{
+		Groups: []broker.GroupPolicy{{Name: "strict", StrictRotation: true}},
+	}})
+	cp := rawV5("wedged", true)
+	cp.Props.Set(packet.PropReceiveMaximum)
+	cp.Props.ReceiveMaximum = 1
+	wedged, _ := brokertest.Connect(t, addr, cp)
+	wedged.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/strict/job"), QoS: 1}}})
+	fast, _ := dialV5(t, addr, &paho.Connect{ClientID: "fast", CleanStart: true}, nil)
+	fast.sub("$share/strict/job", 1)
+	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	for i := range 6 {
+		pub.pub("job", 1, false, fmt.Sprint(i))
+	}
+	for range 3 {
+		fast.next()
+	}
+	fast.none(100 * time.Millisecond)
+	// The wedged member holds its three, one in flight and two queued.
+	var p packet.Publish
+	wedged.Expect(packet.PUBLISH, &p)
+	for range 2 {
+		wedged.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+		wedged.Expect(packet.PUBLISH, &p)
+	}
+}
+
+func TestShareRedispatchOnSessionEnd(t *testing.T) {
+	srv, addr := brokertest.RunServer(t, broker.Options{})
+	// The doomed member never acknowledges: with a window of 5 it holds 5
+	// in flight, and the rest queue behind them once the other member is
+	// full too.
+	cp := rawV5("doomed", true)
+	cp.Props.Set(packet.PropReceiveMaximum)
+	cp.Props.ReceiveMaximum = 5
+	doomed, _ := brokertest.Connect(t, addr, cp)
+	doomed.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/g/seq"), QoS: 1}}})
+	survivor, _ := dialV5(t, addr, &paho.Connect{ClientID: "survivor", CleanStart: true}, nil)
+	survivor.sub("$share/g/seq", 1)
+	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	const n = 50
+	for i := range n {
+		pub.pub("seq", 1, false, fmt.Sprint(i))
+	}
+	got := map[string]int{}
+	for range 5 {
+		var p packet.Publish
+		doomed.Expect(packet.PUBLISH, &p)
+	}
+	for range n - 5 {
+		got[string(survivor.next().Payload)]++
+	}
+	// Kill the member's TCP connection: session expiry 0 ends its session,
+	// and its five unacknowledged QoS 1 messages go to the survivor.
+	doomed.Conn.Close()
+	for range 5 {
+		got[string(survivor.next().Payload)]++
+	}
+	for i := range n {
+		if got[fmt.Sprint(i)] == 0 {
+			t.Fatalf("message %d lost", i)
+		}
+	}
+	brokertest.Eventually(t, 5*time.Second, "redispatch counted", func() bool {
+		gs := srv.ShareGroups()
+		return len(gs) == 1 && gs[0].Redispatched == 5 && gs[0].Members == 1
+	})
+}
+
+func TestShareQoS2StaysBound(t *testing.T) {
+	srv, addr := brokertest.RunServer(t, broker.Options{})
+	bound, _ := brokertest.Connect(t, addr, withExpiry(rawV5("bound", true), 0))
+	bound.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/g/x"), QoS: 2}}})
+	other, _ := dialV5(t, addr, &paho.Connect{ClientID: "other", CleanStart: true}, nil)
+	other.sub("$share/g/x", 2)
+	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	pub.pub("x", 2, false, "q2")
+	var p packet.Publish
+	bound.Expect(packet.PUBLISH, &p)
+	bound.Conn.Close()
+	brokertest.Eventually(t, 5*time.Second, "member gone", func() bool {
+		gs := srv.ShareGroups()
+		return len(gs) == 1 && gs[0].Members == 1
+	})
+	other.none(200 * time.Millisecond) // [MQTT-4.8.2-5]
+}
+
+func TestShareContracts(t *testing.T) {
+	srv, addr := brokertest.RunServer(t, broker.Options{Shares: broker.ShareOptions{Groups: []broker.GroupPolicy{
+		{Name: "hist-line3", AllowedClients: []string{"historian-*"}, MaxMembers: 1, MinMembers: 1},
+		{Name: "workers", MinMembers: 2},
+	}}})
+	if gs := srv.ShareGroups(); len(gs) != 2 || !gs[0].Degraded || !gs[1].Degraded {
+		t.Fatalf("declared empty groups should be reported degraded: %+v", gs)
+	}
+	intruder, _ := brokertest.Connect(t, addr, rawV5("report-prep", true))
+	sa := intruder.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{
+		{Filter: []byte("$share/hist-line3/plant/+/telemetry"), QoS: 1},
+		{Filter: []byte("$share/workers/plant/+/telemetry"), QoS: 1},
+	}})
+	if codes(sa.Reasons) != "[135 1]" {
+		t.Fatalf("SUBACK %v, want [135 1] (not authorized, granted)", sa.Reasons)
+	}
+	h1, _ := brokertest.Connect(t, addr, rawV5("historian-1", true))
+	if sa := h1.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/hist-line3/plant/+/telemetry"), QoS: 1}}}); sa.Reasons[0] != 1 {
+		t.Fatalf("allowed client refused: %v", sa.Reasons)
+	}
+	h2, _ := brokertest.Connect(t, addr, rawV5("historian-2", true))
+	if sa := h2.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/hist-line3/plant/+/telemetry"), QoS: 1}}}); sa.Reasons[0] != packet.QuotaExceeded {
+		t.Fatalf("member beyond max_members: %v, want quota exceeded", sa.Reasons)
+	}
+	for _, g := range srv.ShareGroups() {
+		switch g.Name {
+		case "hist-line3":
+			if g.Degraded || g.Members != 1 {
+				t.Fatalf("hist-line3: %+v", g)
+			}
+		case "workers":
+			if !g.Degraded || g.Members != 1 {
+				t.Fatalf("workers with 1 of 2 members should be degraded: %+v", g)
+			}
+		}
+	}
+}
+
+func TestShareHashStrategies(t *testing.T) {
+	_, addr := brokertest.RunServer(t, broker.Options{Shares: broker.ShareOptions{Groups: []broker.GroupPolicy{
+		{Name: "bytopic", Strategy: "hash_topic"},
+		{Name: "bypub", Strategy: "hash_clientid"},
+	}}})
+	names := []string{"w0", "w1", "w2"}
+	workers := make([]*v5, 3)
+	for i, n := range names {
+		workers[i], _ = dialV5(t, addr, &paho.Connect{ClientID: n, CleanStart: true}, nil)
+		workers[i].sub("$share/bytopic/dev/+", 1)
+		workers[i].sub("$share/bypub/pubs/#", 1)
+	}
+	owner := func() int {
+		for {
+			for i, w := range workers {
+				select {
+				case <-w.msgs:
+					return i
+				default:
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	owners := map[string]int{}
+	for round := range 3 {
+		for d := range 12 {
+			topic := fmt.Sprintf("dev/%d", d)
+			pub.pub(topic, 1, false, "")
+			o := owner()
+			if round == 0 {
+				owners[topic] = o
+			} else if owners[topic] != o {
+				t.Fatalf("%s moved from %s to %s with stable membership", topic, names[owners[topic]], names[o])
+			}
+		}
+	}
+	if len(map[int]bool{owners["dev/0"]: true, owners["dev/1"]: true, owners["dev/2"]: true, owners["dev/3"]: true,
+		owners["dev/4"]: true, owners["dev/5"]: true, owners["dev/6"]: true, owners["dev/7"]: true}) < 2 {
+		t.Fatal("hash_topic sent every device to one worker")
+	}
+	// hash_clientid: every message of one publisher goes to one member.
+	pubs := make([]*v5, 4)
+	for i := range pubs {
+		pubs[i], _ = dialV5(t, addr, &paho.Connect{ClientID: fmt.Sprint("device-", i), CleanStart: true}, nil)
+	}
+	for i, p := range pubs {
+		first := -1
+		for j := range 5 {
+			p.pub(fmt.Sprintf("pubs/%d/%d", i, j), 1, false, "")
+			o := owner()
+			if first < 0 {
+				first = o
+			} else if o != first {
+				t.Fatalf("publisher %d's messages went to %s and %s", i, names[first], names[o])
+			}
+		}
+	}
+}
+
+func TestShareStickyAndRandom(t *testing.T) {
+	_, addr := brokertest.RunServer(t, broker.Options{Shares: broker.ShareOptions{Groups: []broker.GroupPolicy{
+		{Name: "standby", Strategy: "sticky"},
+		{Name: "rnd", Strategy: "random"},
+	}}})
+	a, _ := dialV5(t, addr, &paho.Connect{ClientID: "a", CleanStart: true}, nil)
+	b, _ := dialV5(t, addr, &paho.Connect{ClientID: "b", CleanStart: true}, nil)
+	for _, w := range []*v5{a, b} {
+		w.sub("$share/standby/s", 1)
+		w.sub("$share/rnd/r", 0)
+	}
+	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	for range 10 {
+		pub.pub("s", 1, false, "")
+	}
+	for range 10 {
+		a.next()
+	}
+	b.none(50 * time.Millisecond)
+	// The sticky member leaves: the other takes over for good.
+	a.Client.Disconnect(&paho.Disconnect{})
+	for range 5 {
+		pub.pub("s", 1, false, "")
+	}
+	for range 5 {
+		b.next()
+	}
+	// Random: both get some of 200.
+	c, _ := dialV5(t, addr, &paho.Connect{ClientID: "c", CleanStart: true}, nil)
+	c.sub("$share/rnd/r", 0)
+	for range 200 {
+		pub.pub("r", 1, false, "")
+	}
+	nb, nc := 0, 0
+	brokertest.Eventually(t, 5*time.Second, "200 random deliveries", func() bool {
+		for {
+			select {
+			case <-b.msgs:
+				nb++
+			case <-c.msgs:
+				nc++
+			default:
+				return nb+nc == 200
+			}
+		}
+	})
+	if nb < 50 || nc < 50 {
+		t.Fatalf("random split %d/%d of 200", nb, nc)
+	}
+}
