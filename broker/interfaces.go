@@ -86,36 +86,50 @@ func (systemClock) AfterFunc(d time.Duration, f func()) Timer {
 	return time.AfterFunc(d, f)
 }
 
-// Store persists what must survive a restart: sessions with their
-// subscriptions, queued and in-flight messages, and retained messages. The
-// broker keeps the working copy in memory and tells the Store about every
-// change to a persistent session; a nil Store keeps everything in memory only.
+// Store persists what must survive a restart: persistent sessions with
+// their subscriptions and will, the messages queued and in flight to them,
+// the inbound QoS 2 packet ids they have not released, and retained
+// messages. The broker keeps the working copy in memory and tells the Store
+// about every change; a nil Store keeps everything in memory only. Clean
+// sessions (expiry 0) and QoS 0 messages are never written.
 //
-// Writes may be batched by the implementation: Sync blocks until every
-// write made before it is durable, and the broker calls it before it
-// acknowledges a QoS 1 or 2 message that a persistent session needs.
+// The write methods must be cheap and must not block on I/O: they record the
+// change (for example in a batch being collected) and return. The broker
+// calls them in the order the changes happened, under the session's lock.
+// Sync makes them durable: it blocks until every write made before the call
+// is on disk, and the broker calls it before it acknowledges a QoS 1 or 2
+// message that a persistent session needs. An error from Sync means those
+// writes may be lost; the broker then refuses the publish (0x97 Quota
+// exceeded) rather than acknowledge it.
 type Store interface {
 	// Load returns everything stored, for the broker to restore at start.
 	Load(ctx context.Context) (*Snapshot, error)
-	// SaveSession records a persistent session's state (subscriptions, will,
-	// expiry); it replaces what was stored for that client.
+	// SaveSession records a persistent session's state; it replaces what
+	// was stored for that client id.
 	SaveSession(s *SessionRecord) error
-	// DeleteSession forgets a session and all its messages.
+	// DeleteSession forgets a session with all its messages and inbound ids.
 	DeleteSession(clientID string) error
-	// SaveMessage records a message queued or in flight to a session.
+	// SaveMessage records a message queued or in flight to a session,
+	// replacing the record with the same Seq.
 	SaveMessage(clientID string, m *MessageRecord) error
-	// DeleteMessage forgets a message of a session once it is acknowledged.
+	// DeleteMessage forgets a session's message once it is acknowledged,
+	// redispatched or dropped.
 	DeleteMessage(clientID string, seq uint64) error
-	// SaveRetained records (or, with an empty payload, clears) a retained message.
+	// SetInbound records (pending true) or forgets an inbound QoS 2 packet id
+	// received from the client and not yet released by PUBREL.
+	SetInbound(clientID string, packetID uint16, pending bool) error
+	// SaveRetained records a topic's retained message, or clears it when m
+	// has an empty payload.
 	SaveRetained(m *Message) error
-	// Sync waits until every write made before the call is durable.
+	// Sync blocks until every write made before it is durable.
 	Sync(ctx context.Context) error
 }
 
 // Snapshot is everything a Store holds, as loaded at start.
 type Snapshot struct {
 	Sessions []*SessionRecord
-	Messages map[string][]*MessageRecord // by client id, in queue order
+	Messages map[string][]*MessageRecord // by client id, in Seq order
+	Inbound  map[string][]uint16         // by client id
 	Retained []*Message
 }
 
@@ -126,8 +140,7 @@ type SessionRecord struct {
 	ExpiryInterval uint32    // seconds; 0xFFFFFFFF never
 	Disconnected   time.Time // zero while connected
 	Subscriptions  []SubscriptionRecord
-	Will           *Message // nil when none
-	WillDelay      uint32
+	Will           *WillRecord // the connection's will, or a will waiting out its delay
 }
 
 // SubscriptionRecord is a stored subscription with its options.
@@ -140,15 +153,26 @@ type SubscriptionRecord struct {
 	SubscriptionID    uint32
 }
 
+// WillRecord is a stored will message.
+type WillRecord struct {
+	Message   *Message
+	Delay     uint32 // Will Delay Interval, seconds
+	Expiry    uint32 // Message Expiry Interval, seconds, if HasExpiry
+	HasExpiry bool
+}
+
 // MessageRecord is a message queued or in flight to one session.
 type MessageRecord struct {
-	Seq      uint64 // order within the session
-	Message  *Message
-	QoS      byte   // QoS it is delivered at
-	PacketID uint16 // 0 while queued
-	Released bool   // QoS 2: PUBREC received, PUBREL sent
-	Group    string // share group it was dispatched for, "" if none
-	SubIDs   []uint32
+	Seq         uint64 // order within the session
+	Message     *Message
+	QoS         byte   // QoS it is delivered at
+	Retain      bool   // RETAIN flag to deliver with
+	PacketID    uint16 // 0 while queued
+	Sent        bool   // sent at least once: a resend sets DUP
+	Released    bool   // QoS 2: PUBREC received, PUBREL sent
+	GroupName   string // share group it was dispatched for, "" if none
+	GroupFilter string
+	SubIDs      []uint32
 }
 
 // Cluster connects this broker to its peers. A nil Cluster is a single node.
