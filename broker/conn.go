@@ -49,6 +49,8 @@ type conn struct {
 	unsub     packet.Unsubscribe
 	aliasIn   []string
 	r         *router
+	held      []heldAck // acknowledgements waiting for the Store
+	needSync  bool      // this read wrote to the Store
 	reasons   []packet.ReasonCode
 	scratch   []byte
 	expiryIn  uint32 // Session Expiry Interval after CONNECT, for DISCONNECT rules
@@ -117,6 +119,9 @@ func (c *conn) readLoop() (packet.ReasonCode, error) {
 		buf = buf[:len(buf)+n]
 		if n > 0 {
 			off, rerr := c.frames(buf)
+			if aerr := c.releaseAcks(); rerr == nil {
+				rerr = aerr
+			}
 			c.flush()
 			if rerr == errClientDisconnect || rerr == errRefused {
 				return 0, rerr

@@ -131,6 +131,9 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 		}
 		if !dup {
 			s.inQoS2[p.PacketID] = struct{}{}
+			if s.setInboundLocked(p.PacketID, true) {
+				c.needSync = true
+			}
 		}
 		s.mu.Unlock()
 		if dup {
@@ -148,8 +151,13 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 		if p.Retain {
 			c.srv.retain(m)
 		}
-		if n := c.router().route(c.srv, m, c); n == 0 && v5 {
+		r := c.router()
+		if n := r.route(c.srv, m, c); n == 0 && v5 {
 			rc = packet.NoMatchingSubscribers
+		}
+		if r.persisted {
+			c.needSync = true
+			r.persisted = false
 		}
 	}
 	if !v5 && rc.IsError() {
@@ -157,17 +165,66 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 	}
 	switch p.QoS {
 	case 1:
-		c.writeAck(packet.PUBACK, p.PacketID, rc)
+		c.held = append(c.held, heldAck{packet.PUBACK, p.PacketID, rc})
 	case 2:
 		if rc.IsError() {
-			// A refused QoS 2 message ends its exchange at the PUBREC.
-			c.sess.mu.Lock()
-			delete(c.sess.inQoS2, p.PacketID)
-			c.sess.mu.Unlock()
+			c.forgetInbound(p.PacketID)
 		}
-		c.writeAck(packet.PUBREC, p.PacketID, rc)
+		c.held = append(c.held, heldAck{packet.PUBREC, p.PacketID, rc})
 	}
 	return nil
+}
+
+// heldAck is a PUBACK or PUBREC waiting for the end of the read: the
+// acknowledgement goes out only once what it acknowledges is durable.
+type heldAck struct {
+	t   packet.Type
+	pid uint16
+	rc  packet.ReasonCode
+}
+
+// errStoreFailed ends a 3.1.1 connection whose publish could not be made
+// durable: 3.1.1 has no negative acknowledgement to send instead.
+var errStoreFailed = &packet.Error{Code: packet.ServerUnavailable, Reason: "persisting the message failed"}
+
+// releaseAcks sends the acknowledgements held during this read, after one
+// Store sync for all of them (group commit across the read). If the sync
+// fails, a v5 publisher is told 0x97 Quota exceeded and may retry; a 3.1.1
+// publisher is disconnected.
+func (c *conn) releaseAcks() error {
+	if len(c.held) == 0 && !c.needSync {
+		return nil
+	}
+	var err error
+	if c.needSync {
+		c.needSync = false
+		err = c.srv.syncStore()
+	}
+	if err != nil && c.version < packet.V5 {
+		c.held = c.held[:0]
+		return errStoreFailed
+	}
+	for _, a := range c.held {
+		rc := a.rc
+		if err != nil && !rc.IsError() {
+			rc = packet.QuotaExceeded
+			if a.t == packet.PUBREC {
+				c.forgetInbound(a.pid)
+			}
+		}
+		c.writeAck(a.t, a.pid, rc)
+	}
+	c.held = c.held[:0]
+	return nil
+}
+
+// forgetInbound ends an inbound QoS 2 exchange that was refused.
+func (c *conn) forgetInbound(pid uint16) {
+	s := c.sess
+	s.mu.Lock()
+	delete(s.inQoS2, pid)
+	s.setInboundLocked(pid, false)
+	s.mu.Unlock()
 }
 
 // handlePubrel releases an inbound QoS 2 packet id and answers PUBCOMP.
@@ -175,7 +232,10 @@ func (c *conn) handlePubrel(pid uint16) error {
 	s := c.sess
 	s.mu.Lock()
 	_, ok := s.inQoS2[pid]
-	delete(s.inQoS2, pid)
+	if ok {
+		delete(s.inQoS2, pid)
+		s.setInboundLocked(pid, false)
+	}
 	s.mu.Unlock()
 	rc := packet.Success
 	if !ok {

@@ -66,6 +66,8 @@ func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(
 	sess.expiry = expiry
 	sess.conn = c
 	c.sess = sess
+	sess.disconnectedAt = time.Time{}
+	sess.saveLocked()
 	c.writeBytes(connack(present))
 	if present {
 		sess.resumeLocked()
@@ -98,6 +100,7 @@ func (srv *Server) detach(c *conn, reason packet.ReasonCode) {
 	}
 	sess.conn = nil
 	sess.disconnects++
+	sess.disconnectedAt = now
 	expiry := sess.expiry
 	var early []delivery
 	for _, sub := range sess.subs {
@@ -117,6 +120,7 @@ func (srv *Server) detach(c *conn, reason packet.ReasonCode) {
 	if expiry != 0 && expiry != neverExpires {
 		sess.expiryTimer = srv.clock.AfterFunc(time.Duration(expiry)*time.Second, func() { srv.expire(sess) })
 	}
+	sess.saveLocked()
 	sess.mu.Unlock()
 
 	srv.redispatch(early)
@@ -140,6 +144,7 @@ func (srv *Server) willDue(sess *session, w *will) {
 	if due {
 		sess.pendingWill = nil
 		sess.willTimer = nil
+		sess.saveLocked()
 	}
 	sess.mu.Unlock()
 	if due {
@@ -193,6 +198,7 @@ func (srv *Server) endSession(sess *session) {
 	clear(sess.inflight)
 	sess.mu.Unlock()
 	srv.redispatch(left)
+	srv.deleteStored(sess)
 	if w != nil {
 		srv.publishWill(w, srv.clock.Now())
 	}

@@ -5,10 +5,12 @@ package broker
 type delivery struct {
 	msg      *Message
 	seq      uint64 // order within the session, for resend after reconnect
+	pid      uint16 // packet id while in flight
 	qos      byte   // QoS it is delivered at: min(published, granted)
 	retain   bool   // RETAIN flag to send
 	released bool   // QoS 2: PUBREC received and PUBREL sent
 	sent     bool   // sent at least once on some connection, so a resend sets DUP
+	stored   bool   // the Store has a record of it
 	subIDs   subIDs
 	group    *shareGroup // share group it was picked for, nil if ordinary
 }

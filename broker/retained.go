@@ -2,6 +2,7 @@ package broker
 
 import (
 	"sync"
+	"time"
 
 	"github.com/linemq/linemq/broker/topic"
 )
@@ -28,12 +29,12 @@ func (r *retainedStore) set(m *Message) {
 
 // match returns the retained messages whose topics match filter, leaving out
 // the expired ones.
-func (r *retainedStore) match(filter string) []*Message {
+func (r *retainedStore) match(filter string, now time.Time) []*Message {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	var out []*Message
 	for t, m := range r.msgs {
-		if topic.Match(filter, t) {
+		if topic.Match(filter, t) && !m.expired(now) {
 			out = append(out, m)
 		}
 	}
@@ -57,4 +58,18 @@ func (srv *Server) retain(m *Message) {
 			srv.log.Error("storing retained message failed", "topic", m.Topic, "err", err)
 		}
 	}
+}
+
+// removeExpired drops retained messages whose expiry has passed and returns them.
+func (r *retainedStore) removeExpired(now time.Time) []*Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*Message
+	for t, m := range r.msgs {
+		if m.expired(now) {
+			delete(r.msgs, t)
+			out = append(out, m)
+		}
+	}
+	return out
 }

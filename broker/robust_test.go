@@ -11,15 +11,18 @@ package broker_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -282,7 +285,7 @@ func TestRobustConnectNeverArrives(t *testing.T) {
 	if st := srv.Stats(); st.ClientsConnected != 2 || st.Sessions != 2 {
 		t.Errorf("after the timeouts: ClientsConnected %d Sessions %d, want 2 and 2", st.ClientsConnected, st.Sessions)
 	}
-	robustWaitSettled(t, base, 3, 4<<20, 10*time.Second)
+	robustWaitSettled(t, base, 1, 4<<20, 10*time.Second)
 
 	// ConnectTimeout bounds the wait for CONNECT only. A client that
 	// asked for keep alive 0 (no keep alive, [MQTT-3.1.2-10]) must not be
@@ -372,7 +375,7 @@ func TestRobustHalfOpen(t *testing.T) {
 	if st := srv.Stats(); st.ClientsConnected != 3 {
 		t.Errorf("ClientsConnected %d, want 3 (probe pair and watcher)", st.ClientsConnected)
 	}
-	robustWaitSettled(t, base, 3, 4<<20, 10*time.Second)
+	robustWaitSettled(t, base, 1, 4<<20, 10*time.Second)
 }
 
 // ---------------------------------------------------------------------------
@@ -520,7 +523,7 @@ func TestRobustSlowReader(t *testing.T) {
 		ctl.Publish(&packet.Publish{Topic: []byte("ctl/x"), QoS: 1, PacketID: 60000, Payload: []byte("after")})
 		ctl.Expect(packet.PUBACK, nil)
 		robustAwait(t, good, "ctl/x", []byte("after"), 20*time.Second)
-		robustWaitSettled(t, base, 3, 8<<20, 15*time.Second)
+		robustWaitSettled(t, base, 1, 8<<20, 15*time.Second)
 	})
 
 	t.Run("WriteTimeout", func(t *testing.T) {
@@ -583,7 +586,62 @@ func TestRobustSlowReader(t *testing.T) {
 		}
 		pub.Conn.Close()
 		slow.Conn.Close()
-		robustWaitSettled(t, base, 3, 8<<20, 15*time.Second)
+		robustWaitSettled(t, base, 1, 8<<20, 15*time.Second)
+	})
+
+	// Options.MaxPendingBytes promises that "a client that stops reading
+	// holds at most this much memory". That must hold for a QoS 1
+	// subscriber too: a 3.1.1 client has no Receive Maximum to offer, so
+	// its send window is 65,535 messages, and nothing but the pending limit
+	// (and MaxQueuedMessages behind it) can bound what the broker encodes
+	// for it while it is stuck.
+	t.Run("QoS1SubscriberNeverReads", func(t *testing.T) {
+		srv, addr := brokertest.RunServer(t, broker.Options{MaxPendingBytes: maxPending})
+		pair := newRobustPair(t, addr, "q1", packet.V5, 60)
+		pair.check(t)
+		base := robustSnapshot()
+
+		slow, _ := robustConnectOK(t, addr, &packet.Connect{Version: packet.V311, ClientID: []byte("stuck-q1"), CleanStart: true, KeepAlive: 60})
+		slow.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("flood/q1"), QoS: 1}}})
+		pub, _ := robustConnectOK(t, addr, &packet.Connect{Version: packet.V311, ClientID: []byte("flooder-q1"), CleanStart: true, KeepAlive: 60})
+
+		// 50,000 QoS 1 PUBLISHes of 1 KiB; their PUBACKs (200 KB) wait in
+		// the publisher's socket buffer.
+		payload := bytes.Repeat([]byte{'q'}, msgSize)
+		in0 := srv.Stats().MessagesIn
+		start := time.Now()
+		var buf []byte
+		for i := 1; i <= msgs; i++ {
+			buf = (&packet.Publish{Topic: []byte("flood/q1"), QoS: 1, PacketID: uint16(i), Payload: payload}).Append(buf, packet.V311)
+			if i%64 == 0 || i == msgs {
+				pub.Send(buf)
+				buf = buf[:0]
+			}
+			if i%5000 == 0 {
+				pair.check(t)
+			}
+		}
+		brokertest.Eventually(t, 30*time.Second, "the broker to take in the whole flood", func() bool {
+			return srv.Stats().MessagesIn-in0 >= msgs
+		})
+		pair.check(t)
+		held := robustSnapshot()
+		st := srv.Stats()
+		t.Logf("%d QoS 1 messages in %v; with the subscriber stuck: %v (baseline %v); DroppedQueueFull %d",
+			msgs, time.Since(start), held, base, st.DroppedQueueFull)
+		if bound := base.heapInuse + 24<<20; held.heapInuse > bound {
+			t.Errorf("a QoS 1 subscriber that stopped reading holds %.1f MiB of heap (%d x %d B published), want at most %.1f MiB: MaxPendingBytes (%d) does not bound QoS 1 deliveries",
+				float64(held.heapInuse-base.heapInuse)/(1<<20), msgs, msgSize, float64(bound-base.heapInuse)/(1<<20), maxPending)
+		}
+
+		slow.Conn.Close()
+		pub.Conn.Close()
+		brokertest.Eventually(t, 10*time.Second, "stuck subscriber and flooder gone", func() bool {
+			st := srv.Stats()
+			return st.ClientsConnected == 2 && st.Sessions == 2
+		})
+		pair.check(t)
+		robustWaitSettled(t, base, 1, 8<<20, 15*time.Second)
 	})
 }
 
@@ -696,7 +754,7 @@ func TestRobustConnectionFlood(t *testing.T) {
 		st := srv.Stats()
 		return st.ClientsConnected == 2 && st.Sessions == 2
 	})
-	robustWaitSettled(t, base, 5, 8<<20, 20*time.Second)
+	robustWaitSettled(t, base, 1, 8<<20, 20*time.Second)
 	pair.check(t)
 	pair.close()
 	brokertest.Eventually(t, 10*time.Second, "no clients and no sessions left", func() bool {
@@ -900,12 +958,86 @@ func TestRobustMalformedInputs(t *testing.T) {
 	})
 
 	pair.check(t)
-	robustWaitSettled(t, base, 3, 4<<20, 10*time.Second)
+	robustWaitSettled(t, base, 1, 4<<20, 10*time.Second)
 	if t.Failed() {
 		var names []string
 		for _, tc := range cases {
 			names = append(names, tc.name)
 		}
 		t.Logf("cases: %s", strings.Join(names, "; "))
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Accept errors
+
+// robustFlakyListener fails its first accepts the way a listener does when
+// the process is out of file descriptors, then accepts normally.
+type robustFlakyListener struct {
+	net.Listener
+	fails atomic.Int32
+	err   error
+}
+
+func (l *robustFlakyListener) Accept() (net.Conn, error) {
+	if l.fails.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Listener.Addr(), Err: l.err}
+	}
+	return l.Listener.Accept()
+}
+
+// The accept loop's own comment says it waits and retries when the process
+// is out of file descriptors. EMFILE and ENFILE are what accept(2) then
+// returns; a broker that stops serving its listener on them is down for
+// good after one burst of connections.
+func TestRobustAcceptErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"EMFILE", os.NewSyscallError("accept", syscall.EMFILE)},
+		{"ENFILE", os.NewSyscallError("accept", syscall.ENFILE)},
+		{"ENOBUFS", os.NewSyscallError("accept", syscall.ENOBUFS)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, err := broker.New(broker.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			inner, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := &robustFlakyListener{Listener: inner, err: tc.err}
+			l.fails.Store(3)
+			served := make(chan error, 1)
+			var returned atomic.Bool
+			go func() {
+				err := srv.Serve(l)
+				returned.Store(true)
+				served <- err
+			}()
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				srv.Shutdown(ctx)
+				inner.Close()
+				select {
+				case <-served:
+				case <-time.After(5 * time.Second):
+					t.Errorf("Serve did not return after Shutdown")
+				}
+			})
+			brokertest.Eventually(t, 5*time.Second, "Serve to get past the failing accepts or give up", func() bool {
+				return l.fails.Load() < 0 || returned.Load()
+			})
+			select {
+			case err := <-served:
+				t.Fatalf("Serve gave up on the listener after a transient accept error: %v", err)
+			default:
+			}
+			c, _ := robustConnectOK(t, inner.Addr().String(), &packet.Connect{ClientID: []byte("after-" + tc.name), CleanStart: true, KeepAlive: 30})
+			robustPing(t, c, "client accepted after the accept errors")
+		})
 	}
 }

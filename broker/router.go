@@ -3,7 +3,8 @@ package broker
 // router routes messages to sessions. Each connection's reader owns one and
 // reuses its scratch space, so routing does not allocate in steady state.
 type router struct {
-	owner   *conn
+	owner     *conn
+	persisted bool // a delivery wrote to the Store since the last reset
 	targets []target
 	index   map[*session]int
 	touched map[*conn]struct{}
@@ -71,11 +72,12 @@ func (r *router) route(srv *Server, m *Message, from *conn) int {
 	n := 0
 	for i := range r.targets {
 		t := &r.targets[i]
-		c, ok := t.sess.deliver(m, t.qos, t.retain, &t.ids, nil)
-		if ok {
+		res := t.sess.deliver(m, t.qos, t.retain, &t.ids, nil)
+		if res.ok {
 			n++
 		}
-		r.touch(c)
+		r.persisted = r.persisted || res.persisted
+		r.touch(res.conn)
 	}
 	clear(r.targets)
 	for _, g := range srv.shares.Match(m.topicBytes) {

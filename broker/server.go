@@ -55,6 +55,12 @@ func New(opts Options) (*Server, error) {
 		groups:    make(map[groupKey]*shareGroup),
 	}
 	s.retained.init()
+	if o.Store != nil {
+		if err := s.restore(context.Background()); err != nil {
+			return nil, err
+		}
+	}
+	s.scheduleJanitor()
 	return s, nil
 }
 

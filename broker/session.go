@@ -41,6 +41,9 @@ type session struct {
 	willTimer   Timer
 	expiryTimer Timer
 
+	stored         bool      // the Store holds a record of this session
+	disconnectedAt time.Time // when the last connection ended
+
 	dropped      uint64 // messages dropped for this session (queue full, too large)
 	disconnects  uint64 // connections that ended
 	redeliveries uint64 // PUBLISH packets resent with DUP after a reconnect
@@ -84,19 +87,20 @@ func (s *session) verdict(qos byte) share.Verdict {
 // when the session is connected and its send window has room, queues it
 // otherwise, and drops it (counted) when that is all that is left. It
 // returns the connection that now has bytes to flush, or nil, and whether
-// the message was accepted.
-func (s *session) deliver(m *Message, qos byte, retain bool, ids *subIDs, g *shareGroup) (*conn, bool) {
+// the message was accepted. The result says whether the Store was written
+// to, so that the publisher's acknowledgement waits for it to be durable.
+func (s *session) deliver(m *Message, qos byte, retain bool, ids *subIDs, g *shareGroup) deliverResult {
 	now := s.srv.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended {
-		return nil, false
+		return deliverResult{}
 	}
 	if qos == 0 {
 		if s.conn == nil {
 			// QoS 0 is not queued for offline sessions, as Mosquitto's
 			// default; a persistent subscriber wanting them asks for QoS 1.
-			return nil, false
+			return deliverResult{}
 		}
 		d := delivery{msg: m, retain: retain}
 		if ids != nil {
@@ -105,21 +109,30 @@ func (s *session) deliver(m *Message, qos byte, retain bool, ids *subIDs, g *sha
 		if s.sendLocked(&d, 0, now) != written {
 			s.dropped++
 			s.srv.stats.droppedQoS0.Add(1)
-			return nil, false
+			return deliverResult{}
 		}
-		return s.conn, true
+		return deliverResult{conn: s.conn, ok: true}
 	}
 	s.seq++
 	d := delivery{msg: m, seq: s.seq, qos: qos, retain: retain, group: g}
 	if ids != nil {
 		d.subIDs = *ids
 	}
+	persisted := s.persistentLocked()
 	if s.conn != nil && s.queue.len() == 0 && len(s.inflight) < int(s.conn.sendMax) {
 		s.sendNewLocked(d, now)
-		return s.conn, true
+		return deliverResult{conn: s.conn, ok: true, persisted: persisted}
 	}
 	s.enqueueLocked(d)
-	return nil, true
+	s.saveMsgLocked(&d)
+	return deliverResult{ok: true, persisted: persisted}
+}
+
+// deliverResult is what deliver did with a message.
+type deliverResult struct {
+	conn      *conn // has bytes to flush, or nil
+	ok        bool  // the session took the message
+	persisted bool  // the Store was written to
 }
 
 // enqueueLocked appends d to the queue, dropping per the drop policy when the
@@ -133,7 +146,8 @@ func (s *session) enqueueLocked(d delivery) {
 				break
 			}
 		}
-		s.queue.removeAt(victim)
+		old := s.queue.removeAt(victim)
+		s.forgetMsgLocked(&old)
 		s.dropped++
 		s.srv.stats.droppedQueueFull.Add(1)
 	}
@@ -160,18 +174,22 @@ func (s *session) newPacketID() uint16 {
 // because the connection is closing stays in flight, to be sent on
 // reconnect.
 func (s *session) sendNewLocked(d delivery, now time.Time) {
-	pid := s.newPacketID()
-	switch s.sendLocked(&d, pid, now) {
+	d.pid = s.newPacketID()
+	switch s.sendLocked(&d, d.pid, now) {
 	case written:
 		d.sent = true
-		s.inflight[pid] = d
+		s.inflight[d.pid] = d
+		s.saveMsgLocked(&d)
 	case busy:
-		s.inflight[pid] = d
+		s.inflight[d.pid] = d
+		s.saveMsgLocked(&d)
 	case tooLarge:
 		s.dropped++
 		s.srv.stats.droppedTooLarge.Add(1)
+		s.forgetMsgLocked(&d)
 	case expiredMsg:
 		s.srv.stats.expired.Add(1)
+		s.forgetMsgLocked(&d)
 	}
 }
 
@@ -209,6 +227,7 @@ func (s *session) ack(t packet.Type, pid uint16) (*conn, bool) {
 		return nil, false
 	}
 	delete(s.inflight, pid)
+	s.forgetMsgLocked(&d)
 	s.srv.stats.acked.Add(1)
 	if d.group != nil {
 		d.group.acked.Add(1)
@@ -232,11 +251,13 @@ func (s *session) pubrec(pid uint16, reason packet.ReasonCode) {
 	}
 	if reason.IsError() {
 		delete(s.inflight, pid)
+		s.forgetMsgLocked(&d)
 		s.pumpLocked()
 		return
 	}
 	d.released = true
 	s.inflight[pid] = d
+	s.saveMsgLocked(&d)
 	if c != nil {
 		c.writeAck(packet.PUBREL, pid, packet.Success)
 	}
@@ -285,6 +306,7 @@ func (s *session) resumeLocked() {
 			s.inflight[pid] = d
 		case tooLarge, expiredMsg:
 			delete(s.inflight, pid)
+			s.forgetMsgLocked(&d)
 			s.dropped++
 		}
 	}
@@ -321,5 +343,8 @@ func (s *session) takeUndelivered(g *shareGroup) []delivery {
 		}
 	}
 	slices.SortFunc(out, func(a, b delivery) int { return cmp.Compare(a.seq, b.seq) })
+	for i := range out {
+		s.forgetMsgLocked(&out[i])
+	}
 	return out
 }

@@ -124,31 +124,41 @@ func newShareGroup(key groupKey, opts *ShareOptions) *shareGroup {
 // took it; when none can, the group loses the message and counts it.
 func (g *shareGroup) dispatch(m *Message, r *router) bool {
 	g.in.Add(1)
-	g.mu.Lock()
-	if g.ended {
+	// A member can end between the pick and the delivery (its session
+	// expiring, its connection dying): then pick again. Its verdict is Skip
+	// from then on, so this ends within one try per member.
+	for try := 0; ; try++ {
+		g.mu.Lock()
+		if g.ended || try > g.g.Len() {
+			ended := g.ended
+			g.mu.Unlock()
+			if !ended {
+				break
+			}
+			g.discarded.Add(1)
+			return false
+		}
+		g.qos = m.QoS
+		mem, ok := g.g.Pick(share.Key{ClientID: m.originBytes, Topic: m.topicBytes}, g.accept)
 		g.mu.Unlock()
-		g.discarded.Add(1)
-		return false
+		if !ok {
+			break
+		}
+		sub := mem.Value
+		var ids subIDs
+		ids.add(sub.id)
+		res := sub.sess.deliver(m, min(m.QoS, sub.qos), m.Retain && sub.retainAsPublished, &ids, g)
+		if !res.ok {
+			continue
+		}
+		g.delivered.Add(1)
+		sub.delivered.Add(1)
+		r.persisted = r.persisted || res.persisted
+		r.touch(res.conn)
+		return true
 	}
-	g.qos = m.QoS
-	mem, ok := g.g.Pick(share.Key{ClientID: m.originBytes, Topic: m.topicBytes}, g.accept)
-	g.mu.Unlock()
-	if !ok {
-		g.dropped.Add(1)
-		return false
-	}
-	sub := mem.Value
-	var ids subIDs
-	ids.add(sub.id)
-	c, accepted := sub.sess.deliver(m, min(m.QoS, sub.qos), m.Retain && sub.retainAsPublished, &ids, g)
-	if !accepted {
-		g.dropped.Add(1)
-		return false
-	}
-	g.delivered.Add(1)
-	sub.delivered.Add(1)
-	r.touch(c)
-	return true
+	g.dropped.Add(1)
+	return false
 }
 
 // joinGroup adds sub to its share group, creating the group on first use.

@@ -19,6 +19,7 @@ type counters struct {
 	expired          atomic.Uint64
 	expiredSessions  atomic.Uint64
 	willsPublished   atomic.Uint64
+	storeErrors      atomic.Uint64
 }
 
 // Stats is a snapshot of the broker's counters and sizes.
@@ -41,6 +42,7 @@ type Stats struct {
 	Expired          uint64 // messages whose expiry passed before delivery
 	ExpiredSessions  uint64 // sessions ended by their expiry interval
 	WillsPublished   uint64 // will messages published
+	StoreErrors      uint64 // failed Store writes and syncs
 }
 
 // Stats returns a snapshot of the broker's counters.
@@ -71,5 +73,6 @@ func (srv *Server) Stats() Stats {
 		Expired:          c.expired.Load(),
 		ExpiredSessions:  c.expiredSessions.Load(),
 		WillsPublished:   c.willsPublished.Load(),
+		StoreErrors:      c.storeErrors.Load(),
 	}
 }

@@ -91,12 +91,15 @@ func (c *conn) handleSubscribe(body []byte) error {
 		// Retained messages go to new ordinary subscriptions per Retain
 		// Handling [MQTT-3.3.1-9..11], never to shared ones [MQTT-4.8.2-?].
 		if !shared && (sub.retainHandling == 0 || (sub.retainHandling == 1 && !existed)) {
-			if msgs := c.srv.retained.match(tf); len(msgs) > 0 {
+			if msgs := c.srv.retained.match(tf, c.srv.clock.Now()); len(msgs) > 0 {
 				retained = append(retained, retainedFor{sub, msgs})
 			}
 		}
 	}
 	c.reasons = reasons
+	c.sess.mu.Lock()
+	c.sess.saveLocked()
+	c.sess.mu.Unlock()
 	ack := packet.Suback{PacketID: p.PacketID, Reasons: reasons}
 	c.scratch = ack.Append(c.scratch[:0], c.version)
 	c.writeBytes(c.scratch)
@@ -106,6 +109,8 @@ func (c *conn) handleSubscribe(body []byte) error {
 		for _, m := range rf.msgs {
 			// Retained messages sent for a subscription keep RETAIN set [MQTT-3.3.1-8].
 			c.sess.deliver(m, min(m.QoS, rf.sub.qos), true, &ids, nil)
+			// The retained message is durable already; a crash only means it
+			// is sent again on the next subscribe.
 		}
 	}
 	return nil
@@ -135,6 +140,9 @@ func (c *conn) handleUnsubscribe(body []byte) error {
 		reasons = append(reasons, packet.Success)
 	}
 	c.reasons = reasons
+	c.sess.mu.Lock()
+	c.sess.saveLocked()
+	c.sess.mu.Unlock()
 	ack := packet.Unsuback{PacketID: p.PacketID, Reasons: reasons}
 	c.scratch = ack.Append(c.scratch[:0], c.version)
 	c.writeBytes(c.scratch)

@@ -1,0 +1,220 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/linemq/linemq/broker/packet"
+	"github.com/linemq/linemq/broker/topic"
+)
+
+// persistentLocked reports whether the session's changes go to the Store:
+// only sessions that outlive their connection are worth a disk write.
+func (s *session) persistentLocked() bool {
+	return s.srv.opts.Store != nil && s.expiry != 0 && !s.ended
+}
+
+// saveLocked writes the session's record (subscriptions, expiry, will).
+func (s *session) saveLocked() {
+	if !s.persistentLocked() {
+		return
+	}
+	rec := &SessionRecord{ClientID: s.id, Version: s.version, ExpiryInterval: s.expiry, Disconnected: s.disconnectedAt}
+	for _, sub := range s.subs {
+		rec.Subscriptions = append(rec.Subscriptions, SubscriptionRecord{
+			Filter: sub.filter, QoS: sub.qos, NoLocal: sub.noLocal, RetainAsPublished: sub.retainAsPublished,
+			RetainHandling: sub.retainHandling, SubscriptionID: sub.id,
+		})
+	}
+	slices.SortFunc(rec.Subscriptions, func(a, b SubscriptionRecord) int {
+		if a.Filter < b.Filter {
+			return -1
+		}
+		if a.Filter > b.Filter {
+			return 1
+		}
+		return 0
+	})
+	w := s.pendingWill
+	if w == nil && s.conn != nil {
+		w = s.conn.will
+	}
+	if w != nil {
+		rec.Will = &WillRecord{Message: w.msg, Delay: w.delay, Expiry: w.expiry, HasExpiry: w.hasExpiry}
+	}
+	s.stored = true
+	s.srv.storeErr("save session", s.id, s.srv.opts.Store.SaveSession(rec))
+}
+
+// saveMsgLocked writes a QoS 1/2 delivery of a persistent session.
+func (s *session) saveMsgLocked(d *delivery) {
+	if d.qos == 0 || !s.persistentLocked() {
+		return
+	}
+	rec := &MessageRecord{
+		Seq: d.seq, Message: d.msg, QoS: d.qos, Retain: d.retain, Sent: d.sent, Released: d.released,
+		SubIDs: d.subIDs.appendTo(nil),
+	}
+	if d.sent || d.released || s.inflight[d.pid].seq == d.seq {
+		rec.PacketID = d.pid
+	}
+	if d.group != nil {
+		rec.GroupName, rec.GroupFilter = d.group.key.name, d.group.key.filter
+	}
+	d.stored = true
+	s.srv.storeErr("save message", s.id, s.srv.opts.Store.SaveMessage(s.id, rec))
+}
+
+// forgetMsgLocked deletes a delivery's record, if it has one.
+func (s *session) forgetMsgLocked(d *delivery) {
+	if !d.stored || s.srv.opts.Store == nil {
+		return
+	}
+	d.stored = false
+	s.srv.storeErr("delete message", s.id, s.srv.opts.Store.DeleteMessage(s.id, d.seq))
+}
+
+// setInboundLocked records or forgets an inbound QoS 2 packet id.
+func (s *session) setInboundLocked(pid uint16, pending bool) bool {
+	if !s.persistentLocked() {
+		return false
+	}
+	s.srv.storeErr("save inbound id", s.id, s.srv.opts.Store.SetInbound(s.id, pid, pending))
+	return true
+}
+
+// deleteStored forgets a session that ended.
+func (srv *Server) deleteStored(s *session) {
+	s.mu.Lock()
+	stored := s.stored
+	s.stored = false
+	s.mu.Unlock()
+	if stored && srv.opts.Store != nil {
+		srv.storeErr("delete session", s.id, srv.opts.Store.DeleteSession(s.id))
+	}
+}
+
+func (srv *Server) storeErr(op, clientID string, err error) {
+	if err != nil {
+		srv.stats.storeErrors.Add(1)
+		srv.log.Error("store write failed", "op", op, "client", clientID, "err", err)
+	}
+}
+
+// syncStore waits for the Store to make every write so far durable.
+func (srv *Server) syncStore() error {
+	st := srv.opts.Store
+	if st == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), srv.opts.WriteTimeout)
+	defer cancel()
+	err := st.Sync(ctx)
+	if err != nil {
+		srv.stats.storeErrors.Add(1)
+		srv.log.Error("store sync failed", "err", err)
+	}
+	return err
+}
+
+// restore rebuilds sessions, their messages and the retained messages from
+// the Store at start. Every restored session is offline: its expiry and
+// any will count from when it was last seen connected (or from now, for a
+// session that was connected when the broker stopped).
+func (srv *Server) restore(ctx context.Context) error {
+	snap, err := srv.opts.Store.Load(ctx)
+	if err != nil {
+		return fmt.Errorf("broker: loading stored state: %w", err)
+	}
+	now := srv.clock.Now()
+	for _, m := range snap.Retained {
+		if !m.expired(now) {
+			srv.retained.set(m)
+		}
+	}
+	var ended []*session
+	for _, rec := range snap.Sessions {
+		s := newSession(srv, rec.ClientID, rec.Version)
+		s.expiry = rec.ExpiryInterval
+		s.stored = true
+		since := rec.Disconnected
+		if since.IsZero() {
+			since = now
+		}
+		s.disconnectedAt = since
+		for _, sr := range rec.Subscriptions {
+			srv.restoreSubscription(s, sr)
+		}
+		for _, mr := range snap.Messages[rec.ClientID] {
+			d := delivery{msg: mr.Message, seq: mr.Seq, pid: mr.PacketID, qos: mr.QoS, retain: mr.Retain,
+				sent: mr.Sent, released: mr.Released, stored: true}
+			for _, id := range mr.SubIDs {
+				d.subIDs.add(id)
+			}
+			if mr.GroupName != "" {
+				srv.groupsMu.Lock()
+				d.group = srv.groups[groupKey{mr.GroupName, mr.GroupFilter}]
+				srv.groupsMu.Unlock()
+			}
+			s.seq = max(s.seq, mr.Seq)
+			if mr.PacketID != 0 {
+				s.inflight[mr.PacketID] = d
+			} else {
+				s.queue.push(d)
+			}
+		}
+		for _, pid := range snap.Inbound[rec.ClientID] {
+			s.inQoS2[pid] = struct{}{}
+		}
+		srv.sessions[s.id] = s
+		if rec.Will != nil {
+			s.pendingWill = &will{msg: rec.Will.Message, delay: rec.Will.Delay, expiry: rec.Will.Expiry, hasExpiry: rec.Will.HasExpiry}
+		}
+		left := time.Duration(0)
+		if s.expiry != neverExpires {
+			left = since.Add(time.Duration(s.expiry) * time.Second).Sub(now)
+			if left <= 0 {
+				ended = append(ended, s)
+				continue
+			}
+			s.expiryTimer = srv.clock.AfterFunc(left, func() { srv.expire(s) })
+		}
+		if w := s.pendingWill; w != nil {
+			delay := time.Duration(min(w.delay, s.expiry)) * time.Second
+			due := since.Add(delay).Sub(now)
+			pending := w
+			s.willTimer = srv.clock.AfterFunc(max(due, 0), func() { srv.willDue(s, pending) })
+		}
+	}
+	for _, s := range ended {
+		delete(srv.sessions, s.id)
+		srv.endSession(s)
+	}
+	srv.log.Info("restored state", "sessions", len(srv.sessions), "retained", srv.retained.len(), "expired_sessions", len(ended))
+	return nil
+}
+
+// restoreSubscription re-creates a stored subscription of an offline session.
+func (srv *Server) restoreSubscription(s *session, sr SubscriptionRecord) {
+	group, tf, shared, err := topic.ParseShare(sr.Filter)
+	if err != nil {
+		srv.log.Warn("dropping an invalid stored subscription", "client", s.id, "filter", sr.Filter, "err", err)
+		return
+	}
+	if !shared {
+		tf = sr.Filter
+	}
+	sub := &subscription{sess: s, filter: sr.Filter, topicFilter: tf, qos: sr.QoS, noLocal: sr.NoLocal,
+		retainAsPublished: sr.RetainAsPublished, retainHandling: sr.RetainHandling, id: sr.SubscriptionID, groupName: group}
+	if shared {
+		if rc := srv.joinGroup(group, tf, sub); rc != packet.GrantedQoS0 {
+			srv.log.Warn("stored member refused by its group's contract", "client", s.id, "group", group)
+			return
+		}
+	} else {
+		srv.subs.Add(tf, sub)
+	}
+	s.subs[sr.Filter] = sub
+}
