@@ -5,9 +5,9 @@ package broker
 type router struct {
 	owner     *conn
 	persisted bool // a delivery wrote to the Store since the last reset
-	targets []target
-	index   map[*session]int
-	touched map[*conn]struct{}
+	targets   []target
+	index     map[*session]int
+	touched   map[*conn]struct{}
 }
 
 // target is one session a message goes to, with what its matching
