@@ -94,7 +94,7 @@ var errConnectTimeout = errors.New("broker: no CONNECT within the connect timeou
 
 // serve runs the connection from its first byte to its teardown.
 func (c *conn) serve() {
-	defer c.srv.conns.Done()
+	defer c.srv.untrack(c)
 	go c.writeLoop()
 	reason, cause := c.readLoop()
 	c.teardown(reason, cause)
@@ -304,6 +304,7 @@ func (c *conn) teardown(reason packet.ReasonCode, cause error) {
 	} else {
 		c.kick(0)
 	}
+
 	// Give the writer a bounded time to flush the last packets, then make
 	// sure the socket is closed whatever it is doing.
 	t := time.NewTimer(2 * time.Second)

@@ -59,8 +59,8 @@ type Options struct {
 	// connection is considered dead. Default 30 s.
 	WriteTimeout time.Duration
 
-	// RetainAvailable, when set to false through DisableRetain, refuses
-	// retained messages; default true.
+	// DisableRetain refuses retained messages (0x9A) and says so in
+	// CONNACK; by default they are available.
 	DisableRetain bool
 
 	// DisableWildcardSubs refuses filters with + or # (0xA2).
@@ -114,11 +114,14 @@ func (o *Options) Validate() error {
 	if o.TopicAliasMaximum > 65535 {
 		errs = append(errs, fmt.Errorf("broker: TopicAliasMaximum %d out of range (..65535)", o.TopicAliasMaximum))
 	}
-	if o.MaxKeepAlive < 0 || o.MaxKeepAlive > 65535*time.Second {
-		errs = append(errs, fmt.Errorf("broker: MaxKeepAlive %v out of range (0..65535s)", o.MaxKeepAlive))
+	if o.MaxKeepAlive < 0 || o.MaxKeepAlive > 65535*time.Second || o.MaxKeepAlive%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("broker: MaxKeepAlive %v must be whole seconds in 0..65535s", o.MaxKeepAlive))
 	}
-	if o.MaxSessionExpiry < 0 {
-		errs = append(errs, fmt.Errorf("broker: MaxSessionExpiry %v is negative", o.MaxSessionExpiry))
+	if o.MaxSessionExpiry < 0 || o.MaxSessionExpiry > neverExpires*time.Second || o.MaxSessionExpiry%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("broker: MaxSessionExpiry %v must be whole seconds in 0..4294967295s", o.MaxSessionExpiry))
+	}
+	if o.MaxClientIDLength > 65535 {
+		errs = append(errs, fmt.Errorf("broker: MaxClientIDLength %d out of range (0..65535)", o.MaxClientIDLength))
 	}
 	for _, n := range []struct {
 		name string

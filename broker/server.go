@@ -23,9 +23,10 @@ type Server struct {
 	clock  Clock
 	closed atomic.Bool
 
-	mu        sync.Mutex // guards sessions and listeners
+	mu        sync.Mutex // guards sessions, listeners and conns
 	sessions  map[string]*session
 	listeners map[net.Listener]struct{}
+	live      map[*conn]struct{} // every open connection, CONNECT or not
 
 	subs     *topic.Index[*subscription] // ordinary subscriptions
 	shares   *topic.Index[*shareGroup]   // share groups, by their filter
@@ -50,6 +51,7 @@ func New(opts Options) (*Server, error) {
 		clock:     o.Clock,
 		sessions:  make(map[string]*session),
 		listeners: make(map[net.Listener]struct{}),
+		live:      make(map[*conn]struct{}),
 		subs:      topic.NewIndex[*subscription](0),
 		shares:    topic.NewIndex[*shareGroup](0),
 		groups:    make(map[groupKey]*shareGroup),
@@ -98,13 +100,11 @@ func (s *Server) Serve(l net.Listener) error {
 			return err
 		}
 		backoff = 0
-		s.conns.Add(1)
-		if s.closed.Load() {
-			s.conns.Done()
+		c := newConn(s, nc)
+		if !s.track(c) {
 			nc.Close()
 			return ErrServerClosed
 		}
-		c := newConn(s, nc)
 		go c.serve()
 	}
 }
@@ -113,13 +113,33 @@ func (s *Server) Serve(l net.Listener) error {
 // connection from another listener, or a net.Pipe in tests) and returns
 // when it ends.
 func (s *Server) ServeConn(nc net.Conn) {
-	s.conns.Add(1)
-	if s.closed.Load() {
-		s.conns.Done()
+	c := newConn(s, nc)
+	if !s.track(c) {
 		nc.Close()
 		return
 	}
-	newConn(s, nc).serve()
+	c.serve()
+}
+
+// track registers a new connection, unless the server is shutting down.
+// Shutdown reaches every connection through this set, including those that
+// have not sent CONNECT yet.
+func (s *Server) track(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return false
+	}
+	s.conns.Add(1)
+	s.live[c] = struct{}{}
+	return true
+}
+
+func (s *Server) untrack(c *conn) {
+	s.mu.Lock()
+	delete(s.live, c)
+	s.mu.Unlock()
+	s.conns.Done()
 }
 
 // Shutdown stops accepting connections, tells every v5 client the server is
@@ -134,13 +154,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for l := range s.listeners {
 		l.Close()
 	}
-	var conns []*conn
-	for _, sess := range s.sessions {
-		sess.mu.Lock()
-		if sess.conn != nil {
-			conns = append(conns, sess.conn)
-		}
-		sess.mu.Unlock()
+	conns := make([]*conn, 0, len(s.live))
+	for c := range s.live {
+		conns = append(conns, c)
 	}
 	s.mu.Unlock()
 	for _, c := range conns {

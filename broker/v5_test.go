@@ -311,9 +311,8 @@ func TestV5Wills(t *testing.T) {
 	}
 	// Will delay: not before the delay, and cancelled by a reconnect.
 	cl, _ = brokertest.Connect(t, addr, withWill("delayed", 10, 100))
-	cl.Conn.Close()
+	closeAndWaitTimers(t, clock, cl, 2)
 	watcher.none(100 * time.Millisecond)
-	waitTimers(t, clock, 2)
 	clock.Advance(9 * time.Second)
 	watcher.none(50 * time.Millisecond)
 	clock.Advance(2 * time.Second)
@@ -321,8 +320,7 @@ func TestV5Wills(t *testing.T) {
 		t.Fatalf("got %s", m.Topic)
 	}
 	cl, _ = brokertest.Connect(t, addr, withWill("back", 10, 100))
-	cl.Conn.Close()
-	waitTimers(t, clock, 2)
+	closeAndWaitTimers(t, clock, cl, 2)
 	c := withWill("back", 10, 100)
 	c.CleanStart = false
 	brokertest.Connect(t, addr, c)
@@ -330,19 +328,21 @@ func TestV5Wills(t *testing.T) {
 	watcher.none(100 * time.Millisecond)
 	// Session expiry shorter than the will delay: the will goes at expiry.
 	cl, _ = brokertest.Connect(t, addr, withWill("short", 60, 5))
-	cl.Conn.Close()
-	waitTimers(t, clock, 2)
+	closeAndWaitTimers(t, clock, cl, 2)
 	clock.Advance(6 * time.Second)
 	if m := watcher.next(); m.Topic != "will/short" {
 		t.Fatalf("got %s", m.Topic)
 	}
 }
 
-// waitTimers waits until the broker has armed at least n timers on clock
-// (the connection teardown runs on its own goroutine).
-func waitTimers(t *testing.T, clock *brokertest.FakeClock, n int) {
+// closeAndWaitTimers closes the client's connection and waits until the
+// broker has armed n more timers on clock (the will delay and the session
+// expiry; the teardown runs on the connection's goroutine).
+func closeAndWaitTimers(t *testing.T, clock *brokertest.FakeClock, c *brokertest.Client, n int) {
 	t.Helper()
-	brokertest.Eventually(t, 5*time.Second, "timers armed", func() bool { return clock.Pending() >= n })
+	before := clock.Pending()
+	c.Conn.Close()
+	brokertest.Eventually(t, 5*time.Second, "timers armed", func() bool { return clock.Pending() >= before+n })
 }
 
 func TestV5NoLocalAndSubscriptionIDs(t *testing.T) {

@@ -1,0 +1,150 @@
+// Command linemq is the linemq MQTT 3.1.1 and 5.0 broker daemon for edge
+// gateways.
+//
+// Usage:
+//
+//	linemq [-config FILE] [-mqtt-listen ADDR] [-http-listen ADDR]
+//	       [-data-dir DIR] [-node-id NAME] [-log-level LEVEL]
+//	linemq -version
+//
+// Without -config it runs on the built-in defaults. Flags given on the
+// command line override the configuration file; flags left out do not, so
+// their defaults below apply only when the file does not set the key
+// either. SIGTERM or SIGINT shuts it down gracefully: clients are told
+// (v5 DISCONNECT 0x8B) and the process exits 0 within 5 seconds; a second
+// signal kills it at once.
+//
+// Exit status: 0 after a shutdown by signal, 1 when the gateway failed to
+// start or failed while running, 2 for a bad command line or configuration.
+// Logs go to stderr in slog's text format, one record a line; the record
+// "listening" carries the bound address (addr=), which tells a supervisor
+// or a test the port chosen for :0.
+//
+// All logic lives in package gateway; this file only turns the command line
+// into a configuration and signals into a cancelled context.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"github.com/linemq/linemq/gateway"
+	"github.com/linemq/linemq/gateway/config"
+)
+
+// version is the release, set at build time with
+// -ldflags "-X main.version=v1.2.3". (It must be a variable: -X cannot set
+// a constant.)
+var version = "dev"
+
+// flagKeys maps each configuration flag to the key it overrides.
+var flagKeys = map[string]string{
+	"mqtt-listen": "mqtt.listen",
+	"http-listen": "http.listen",
+	"data-dir":    "data_dir",
+	"node-id":     "node_id",
+	"log-level":   "log_level",
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the whole program; it returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	fs, configFile, showVersion := newFlagSet(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2 // the flag package has printed the problem and the usage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "linemq: unexpected argument %q (flags only; see -help)\n", fs.Arg(0))
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "linemq %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return 0
+	}
+
+	cfg, err := configure(fs, *configFile)
+	if err != nil {
+		// Printed bare: the messages are "file:line: key: problem" lines,
+		// which editors and CI logs turn into links.
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.Level()}))
+	log.Info("linemq starting", "version", version, "go", runtime.Version(), "config", *configFile)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	go func() {
+		// Once the first signal has started the shutdown, restore the
+		// default action, so that a second one kills a shutdown that hangs.
+		<-ctx.Done()
+		stop()
+	}()
+
+	if err := gateway.Run(ctx, gateway.Options{Config: cfg, Logger: log}); err != nil {
+		log.Error("linemq failed", "err", err)
+		return 1
+	}
+	log.Info("linemq stopped")
+	return 0
+}
+
+// newFlagSet defines the command line.
+func newFlagSet(stderr io.Writer) (fs *flag.FlagSet, configFile *string, showVersion *bool) {
+	fs = flag.NewFlagSet("linemq", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configFile = fs.String("config", "", "read the configuration from `FILE` (YAML)")
+	// The defaults shown are the configuration's own; a flag that is not
+	// given leaves the file's value alone.
+	fs.String("mqtt-listen", config.DefaultMQTTListen, "MQTT listener address `ADDR`, host:port; empty disables it (mqtt.listen)")
+	fs.String("http-listen", config.DefaultHTTPListen, "status page listener address `ADDR`; empty disables it (http.listen)")
+	fs.String("data-dir", config.DefaultDataDir, "`DIR` for persistent state (data_dir)")
+	fs.String("node-id", "", "`NAME` of this node (node_id; default: the host name)")
+	fs.String("log-level", config.DefaultLogLevel, "`LEVEL` of logs: debug, info, warn or error (log_level)")
+	showVersion = fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: linemq [-config FILE] [flags]\n\nFlags override the configuration file.\n\n")
+		fs.PrintDefaults()
+	}
+	return fs, configFile, showVersion
+}
+
+// configure loads the configuration file (or the defaults), applies the
+// flags that were given explicitly, and validates the result.
+func configure(fs *flag.FlagSet, file string) (*config.Config, error) {
+	cfg := config.Default()
+	if file != "" {
+		var err error
+		if cfg, err = config.Load(file); err != nil {
+			return nil, err
+		}
+	}
+	var errs []error
+	fs.Visit(func(f *flag.Flag) {
+		if key, ok := flagKeys[f.Name]; ok {
+			errs = append(errs, cfg.Override(key, f.Value.String(), "flag -"+f.Name))
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}

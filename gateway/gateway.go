@@ -1,0 +1,236 @@
+// Package gateway is linemq's composition root: it turns a validated
+// configuration into running parts (the data directory, the broker, its
+// listeners) and stops them in reverse order.
+//
+// A daemon calls [Run], which returns when its context is cancelled and the
+// gateway has shut down. Tests and embedders call [Start] and get a
+// [*Gateway] handle instead:
+//
+//	cfg := config.Default()
+//	cfg.MQTT.Listen = new("127.0.0.1:0")
+//	g, err := gateway.Start(ctx, gateway.Options{Config: cfg})
+//	if err != nil { ... }
+//	defer g.Close()
+//	addr := g.MQTTAddr() // the port the kernel chose
+//
+// # Shutdown
+//
+// Close (and Run, on cancellation) stops accepting connections, sends every
+// v5 client DISCONNECT 0x8B Server shutting down, and waits up to
+// [ShutdownTimeout] for connections to end before cutting the rest, so a
+// process stops within the 5 seconds a service manager is typically given
+// (and a systemd TimeoutStopSec= of 5s holds).
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/gateway/config"
+)
+
+// ShutdownTimeout bounds how long Close waits for clients to go after being
+// told the server is shutting down; the rest are then disconnected.
+const ShutdownTimeout = 4 * time.Second
+
+// Options are what Start and Run need. The zero value runs a standalone
+// gateway with the default configuration and no logs.
+type Options struct {
+	// Config is the configuration; nil means config.Default(). Start
+	// validates it. It is read once; later changes have no effect.
+	Config *config.Config
+	// Logger receives the gateway's and the broker's logs; nil discards
+	// them.
+	Logger *slog.Logger
+}
+
+// Gateway is a running gateway, made by Start. Its methods may be called
+// concurrently.
+type Gateway struct {
+	cfg  *config.Config // with defaults filled in
+	log  *slog.Logger
+	srv  *broker.Server
+	mqtt net.Listener // nil when disabled
+
+	serving sync.WaitGroup // one per Serve goroutine
+
+	stopOnce sync.Once
+	stopped  chan struct{} // closed once stop has finished
+	err      error         // why the gateway stopped, if not Close; set before stopped closes
+}
+
+// Start validates the configuration, creates the data directory, builds the
+// broker and starts serving its listeners. ctx bounds the start only;
+// cancelling it later does not stop the gateway (call Close). If a step
+// fails, what the earlier steps opened is closed again before Start
+// returns the error.
+func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
+	cfg := opts.Config
+	if cfg == nil {
+		cfg = config.Default()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("gateway: data directory: %w", err)
+	}
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		dataDir = cfg.DataDir // only used in a log line
+	}
+
+	bo := cfg.BrokerOptions()
+	bo.Logger = log.With("component", "broker")
+	srv, err := broker.New(bo)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	g := &Gateway{cfg: cfg, log: log, srv: srv, stopped: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			// Unwind: nothing has been served yet, so closing the
+			// listeners and the broker is all there is to undo.
+			g.closeListeners()
+			srv.Close()
+		}
+	}()
+
+	if addr := *cfg.MQTT.Listen; addr != "" {
+		var lc net.ListenConfig
+		if g.mqtt, err = lc.Listen(ctx, "tcp", addr); err != nil {
+			return nil, fmt.Errorf("gateway: mqtt listener: %w", err)
+		}
+	} else {
+		log.Warn("MQTT listener disabled (mqtt.listen is empty)")
+	}
+	if *cfg.HTTP.Listen != "" {
+		// Accepted so that configurations written for the status page
+		// already work; nothing listens until it exists.
+		log.Debug("http listener not implemented yet; http.listen ignored", "addr", *cfg.HTTP.Listen)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("gateway: start: %w", err)
+	}
+
+	if g.mqtt != nil {
+		g.serve("mqtt", g.mqtt)
+	}
+	log.Info("gateway started", "node_id", cfg.NodeID, "data_dir", dataDir)
+	return g, nil
+}
+
+// serve runs the broker on l in a goroutine. A listener that fails while
+// the gateway runs stops the whole gateway: a broker that silently stopped
+// accepting clients would look healthy to its supervisor.
+func (g *Gateway) serve(proto string, l net.Listener) {
+	g.log.Info("listening", "proto", proto, "addr", l.Addr().String())
+	g.serving.Add(1)
+	go func() {
+		defer g.serving.Done()
+		err := g.srv.Serve(l)
+		if errors.Is(err, broker.ErrServerClosed) {
+			return
+		}
+		err = fmt.Errorf("gateway: %s listener %s: %w", proto, l.Addr(), err)
+		g.log.Error("listener failed; shutting down", "proto", proto, "err", err)
+		// stop waits for this goroutine, so it cannot run on it.
+		go g.stop(err)
+	}()
+}
+
+// MQTTAddr returns the address the MQTT listener is bound to (with the
+// actual port when the configuration asked for port 0), or nil when the
+// listener is disabled.
+func (g *Gateway) MQTTAddr() net.Addr {
+	if g.mqtt == nil {
+		return nil
+	}
+	return g.mqtt.Addr()
+}
+
+// Broker returns the broker the gateway runs.
+func (g *Gateway) Broker() *broker.Server { return g.srv }
+
+// Wait blocks until the gateway has stopped, because Close was called or
+// because a part of it failed (it then shuts itself down), and returns the
+// failure, or nil after Close.
+func (g *Gateway) Wait() error {
+	<-g.stopped
+	return g.err
+}
+
+// Done returns a channel that is closed once the gateway has stopped; Wait
+// then returns at once.
+func (g *Gateway) Done() <-chan struct{} { return g.stopped }
+
+// Close shuts the gateway down gracefully, waiting at most ShutdownTimeout
+// for clients, and returns what Wait returns. It is safe to call more than
+// once, and concurrently.
+func (g *Gateway) Close() error {
+	g.stop(nil)
+	return g.Wait()
+}
+
+// stop shuts everything down once, in the reverse order of Start; cause is
+// why (nil for Close).
+func (g *Gateway) stop(cause error) {
+	g.stopOnce.Do(func() {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+		defer cancel()
+		err := g.srv.Shutdown(ctx)
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			// The process still stops in time, as it was asked to; the
+			// clients that did not go were cut off.
+			g.log.Warn("shutdown deadline passed; remaining connections closed", "timeout", ShutdownTimeout)
+		case err != nil && !errors.Is(err, broker.ErrServerClosed):
+			g.log.Error("broker shutdown", "err", err)
+		}
+		// Shutdown closes the listeners it serves; a listener whose Serve
+		// already failed is no longer among them.
+		g.closeListeners()
+		g.serving.Wait()
+		g.err = cause
+		g.log.Info("gateway stopped", "took", time.Since(start).Round(time.Millisecond))
+		close(g.stopped)
+	})
+}
+
+func (g *Gateway) closeListeners() {
+	if g.mqtt != nil {
+		g.mqtt.Close() // errors: already closed by Shutdown, which is fine
+	}
+}
+
+// Run starts the gateway, keeps it running until ctx is cancelled or a
+// part of it fails, and shuts it down. It returns nil after a clean
+// shutdown on cancellation, or the error that kept it from starting or
+// made it stop.
+func Run(ctx context.Context, opts Options) error {
+	g, err := Start(ctx, opts)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		g.log.Info("shutting down", "cause", context.Cause(ctx))
+	case <-g.Done():
+	}
+	return g.Close()
+}

@@ -1,0 +1,345 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/linemq/linemq/gateway"
+	"github.com/linemq/linemq/gateway/config"
+)
+
+// TestMain fails the package if goroutines of the broker, the gateway or a
+// test client outlive the tests: Close must stop everything Start began.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if leaked := leakedGoroutines(5 * time.Second); leaked != "" {
+			fmt.Fprintf(os.Stderr, "leaked goroutines:\n%s\n", leaked)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// leakedGoroutines polls until no goroutine runs code of this module or of
+// paho, and returns the stacks of those still running at the deadline.
+func leakedGoroutines(timeout time.Duration) string {
+	deadline := time.Now().Add(timeout)
+	for {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		var leaked []string
+		for g := range strings.SplitSeq(string(buf), "\n\n") {
+			if strings.Contains(g, "testing.(*M)") || strings.Contains(g, ".TestMain(") {
+				continue
+			}
+			if strings.Contains(g, "github.com/linemq/linemq/") || strings.Contains(g, "paho.golang") {
+				leaked = append(leaked, g)
+			}
+		}
+		if len(leaked) == 0 {
+			return ""
+		}
+		if time.Now().After(deadline) {
+			return strings.Join(leaked, "\n\n")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// testConfig returns a configuration listening on a free loopback port with
+// its data directory under t's temporary directory.
+func testConfig(t *testing.T) *config.Config {
+	t.Helper()
+	cfg := config.Default()
+	cfg.NodeID = "test"
+	cfg.DataDir = filepath.Join(t.TempDir(), "var", "data") // nested: Start must create parents
+	cfg.MQTT.Listen = new("127.0.0.1:0")
+	cfg.HTTP.Listen = new("")
+	return cfg
+}
+
+// testLogger returns a logger writing to t.Log, so a failing test shows
+// what the gateway said.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tlogWriter struct{ t *testing.T }
+
+func (w tlogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+// client is a connected MQTT v5 test client.
+type client struct {
+	*paho.Client
+	msgs        chan *paho.Publish
+	disconnects chan *paho.Disconnect
+}
+
+// connect connects a v5 client with id to addr and disconnects it at the
+// end of the test.
+func connect(t *testing.T, addr net.Addr, id string) *client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &client{msgs: make(chan *paho.Publish, 16), disconnects: make(chan *paho.Disconnect, 1)}
+	c.Client = paho.NewClient(paho.ClientConfig{
+		Conn: conn,
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+			func(pr paho.PublishReceived) (bool, error) {
+				c.msgs <- pr.Packet
+				return true, nil
+			},
+		},
+		OnServerDisconnect: func(d *paho.Disconnect) { c.disconnects <- d },
+		OnClientError:      func(error) {},
+	})
+	ca, err := c.Connect(ctx, &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: true})
+	if err != nil {
+		conn.Close()
+		t.Fatalf("connect %s: %v", id, err)
+	}
+	if ca.ReasonCode != 0 {
+		t.Fatalf("connect %s: CONNACK reason %#x", id, ca.ReasonCode)
+	}
+	t.Cleanup(func() {
+		c.Disconnect(&paho.Disconnect{}) // fails harmlessly if already gone
+		<-c.Done()
+	})
+	return c
+}
+
+// receive waits for a value on ch, failing the test after timeout.
+func receive[T any](t *testing.T, ch <-chan T, timeout time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(timeout):
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		panic("unreachable")
+	}
+}
+
+func TestStartServeClose(t *testing.T) {
+	cfg := testConfig(t)
+	g, err := gateway.Start(t.Context(), gateway.Options{Config: cfg, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(cfg.DataDir); err != nil || !fi.IsDir() {
+		t.Errorf("data directory not created: %v", err)
+	}
+	addr := g.MQTTAddr()
+	if addr == nil || g.Broker() == nil {
+		t.Fatalf("MQTTAddr = %v, Broker nil: %t", addr, g.Broker() == nil)
+	}
+
+	sub := connect(t, addr, "sub")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := sub.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "t/#", QoS: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	pub := connect(t, addr, "pub")
+	if _, err := pub.Publish(ctx, &paho.Publish{Topic: "t/1", QoS: 1, Payload: []byte("hello")}); err != nil {
+		t.Fatal(err)
+	}
+	if m := receive(t, sub.msgs, 5*time.Second, "the published message"); m.Topic != "t/1" || string(m.Payload) != "hello" {
+		t.Errorf("received %q %q", m.Topic, m.Payload)
+	}
+
+	start := time.Now()
+	if err := g.Close(); err != nil {
+		t.Errorf("Close = %v", err)
+	}
+	if took := time.Since(start); took > gateway.ShutdownTimeout {
+		t.Errorf("Close took %v with well-behaved clients", took)
+	}
+	for _, c := range []*client{sub, pub} {
+		if d := receive(t, c.disconnects, 5*time.Second, "DISCONNECT"); d.ReasonCode != 0x8B {
+			t.Errorf("DISCONNECT reason %#x, want 0x8B", d.ReasonCode)
+		}
+	}
+	if err := g.Close(); err != nil {
+		t.Errorf("second Close = %v", err)
+	}
+	if err := g.Wait(); err != nil {
+		t.Errorf("Wait = %v", err)
+	}
+	if c, err := net.DialTimeout("tcp", addr.String(), time.Second); err == nil {
+		c.Close()
+		t.Error("listener still accepts connections after Close")
+	}
+}
+
+// TestRun checks the daemon's path: Run logs the bound address, serves,
+// and returns nil once its context is cancelled.
+func TestRun(t *testing.T) {
+	addrs := make(chan string, 1)
+	log := slog.New(&listenHandler{Handler: testLogger(t).Handler(), addrs: addrs})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- gateway.Run(ctx, gateway.Options{Config: testConfig(t), Logger: log}) }()
+
+	addr := receive(t, addrs, 5*time.Second, `the "listening" log record`)
+	tcpAddr, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := connect(t, tcpAddr, "c")
+	cancel()
+	if err := receive(t, done, 5*time.Second, "Run to return"); err != nil {
+		t.Errorf("Run = %v", err)
+	}
+	if d := receive(t, c.disconnects, time.Second, "DISCONNECT"); d.ReasonCode != 0x8B {
+		t.Errorf("DISCONNECT reason %#x, want 0x8B", d.ReasonCode)
+	}
+}
+
+// listenHandler passes on the addr of "listening" records.
+type listenHandler struct {
+	slog.Handler
+	addrs chan<- string
+}
+
+func (h *listenHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "listening" {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "addr" {
+				h.addrs <- a.Value.String()
+			}
+			return true
+		})
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func TestStartErrors(t *testing.T) {
+	// A port that is taken: the broker made before the listener must be
+	// closed again (TestMain's leak check would see its goroutines).
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+
+	tests := []struct {
+		name   string
+		ctx    context.Context
+		modify func(*config.Config)
+		want   string
+	}{
+		{
+			name:   "invalid configuration",
+			modify: func(c *config.Config) { c.MQTT.ReceiveMaximum = 70000 },
+			want:   "mqtt.receive_maximum: 70000 out of range (1..65535)",
+		},
+		{
+			name:   "port in use",
+			modify: func(c *config.Config) { c.MQTT.Listen = new(taken.Addr().String()) },
+			want:   "gateway: mqtt listener: listen tcp " + taken.Addr().String() + ": bind: address already in use",
+		},
+		{
+			name:   "data directory is a file",
+			modify: func(c *config.Config) { c.DataDir = filepath.Join(file, "data") },
+			want:   "gateway: data directory: mkdir " + file + ": not a directory",
+		},
+		{
+			name: "context cancelled",
+			ctx:  cancelled,
+			want: "gateway: start: context canceled",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			if tt.modify != nil {
+				tt.modify(cfg)
+			}
+			ctx := tt.ctx
+			if ctx == nil {
+				ctx = t.Context()
+			}
+			g, err := gateway.Start(ctx, gateway.Options{Config: cfg, Logger: testLogger(t)})
+			if err == nil {
+				g.Close()
+				t.Fatalf("Start succeeded, want %q", tt.want)
+			}
+			if err.Error() != tt.want {
+				t.Errorf("Start error\n got: %v\nwant: %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestListenerDisabled(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MQTT.Listen = new("")
+	g, err := gateway.Start(t.Context(), gateway.Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := g.MQTTAddr(); a != nil {
+		t.Errorf("MQTTAddr = %v, want nil", a)
+	}
+	if err := g.Close(); err != nil {
+		t.Errorf("Close = %v", err)
+	}
+}
+
+// TestConcurrentClose checks that Close may be called from several
+// goroutines at once, and that they all see the same result.
+func TestConcurrentClose(t *testing.T) {
+	g, err := gateway.Start(t.Context(), gateway.Options{Config: testConfig(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() { errs <- g.Close() })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("Close = %v", err)
+		}
+	}
+	select {
+	case <-g.Done():
+	default:
+		t.Error("Done not closed after Close")
+	}
+	if err := g.Wait(); err != nil {
+		t.Errorf("Wait = %v", err)
+	}
+}
