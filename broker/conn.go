@@ -375,7 +375,10 @@ const (
 // writePublish appends p, applying an outbound topic alias when the client
 // allows them. The caller holds the session's mu.
 func (c *conn) writePublish(p *packet.Publish, topic string, qos0 bool) writeResult {
-	if c.maxOut > 0 && p.Size(c.version) > int(c.maxOut) {
+	// A message near the protocol's size limit could exceed it once this
+	// client's subscription identifiers are added; the encoder cannot
+	// represent that, so it is treated as too large for the client.
+	if size := p.Size(c.version); size > packet.MaxRemainingLength || (c.maxOut > 0 && size > int(c.maxOut)) {
 		return tooLarge
 	}
 	c.wmu.Lock()

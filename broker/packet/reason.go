@@ -115,6 +115,7 @@ type Error struct {
 	Reason string     // human-readable detail
 }
 
+// Error returns the detail, prefixed with the package name.
 func (e *Error) Error() string { return "packet: " + e.Reason }
 
 // Unwrap lets errors.Is(err, packet.MalformedPacket) work.
@@ -151,7 +152,7 @@ var (
 	ErrDupOnQoS0          = malformed("DUP flag set on a QoS 0 PUBLISH")                                   // [MQTT-3.3.1-2]
 	ErrZeroPacketID       = malformed("packet identifier 0")                                               // [MQTT-2.2.1-3]
 	ErrDuplicateProperty  = protocolError("property appears more than once")                               // [MQTT-2.2.2-2]
-	ErrPropertyNotAllowed = protocolError("property not allowed in this packet")                           // section 2.2.2.2
+	ErrPropertyNotAllowed = malformed("property not allowed in this packet")                               // section 2.2.2.2
 	ErrUnknownProperty    = malformed("unknown property identifier")                                       // section 2.2.2.2
 	ErrBadPropertyValue   = protocolError("property value out of range")                                   // e.g. Receive Maximum 0
 	ErrBadProtocolName    = protocolError("protocol name is not MQTT")                                     // [MQTT-3.1.2-1]

@@ -102,7 +102,7 @@ const (
 // (User and SubscriptionIDs are written when non-empty).
 //
 // Which properties a packet may carry is checked by the decoder; a property
-// not allowed in that packet is a protocol error.
+// not allowed in that packet is a malformed packet.
 type Properties struct {
 	Present uint64
 
