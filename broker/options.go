@@ -43,6 +43,11 @@ type Options struct {
 	// message is dropped, and counted. Default 1000.
 	MaxQueuedMessages int
 
+	// QueueQoS0 queues QoS 0 messages for offline persistent sessions, within
+	// MaxQueuedMessages; they are kept in memory only. Default false: QoS 0
+	// messages to an offline client are dropped, as in Mosquitto.
+	QueueQoS0 bool
+
 	// MaxPendingBytes bounds the encoded bytes waiting to be written to one
 	// connection. QoS 0 messages beyond it are dropped (counted); a client
 	// that stops reading holds at most this much memory. Default 1 MiB.

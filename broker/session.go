@@ -70,7 +70,7 @@ func (s *session) verdict(qos byte) share.Verdict {
 	case s.ended:
 		return share.Skip
 	case s.conn == nil:
-		if qos == 0 || s.queue.len() >= s.srv.opts.MaxQueuedMessages {
+		if (qos == 0 && !s.queuesQoS0Locked()) || s.queue.len() >= s.srv.opts.MaxQueuedMessages {
 			return share.Skip
 		}
 		return share.Full
@@ -98,9 +98,18 @@ func (s *session) deliver(m *Message, qos byte, retain bool, ids *subIDs, g *sha
 	}
 	if qos == 0 {
 		if s.conn == nil {
-			// QoS 0 is not queued for offline sessions, as Mosquitto's
-			// default; a persistent subscriber wanting them asks for QoS 1.
-			return deliverResult{}
+			// QoS 0 is queued for an offline session only when the operator
+			// asked for it (as Mosquitto's queue_qos0_messages), and never
+			// written to the Store.
+			if !s.queuesQoS0Locked() {
+				return deliverResult{}
+			}
+			d := delivery{msg: m, retain: retain}
+			if ids != nil {
+				d.subIDs = *ids
+			}
+			s.enqueueLocked(d)
+			return deliverResult{ok: true}
 		}
 		d := delivery{msg: m, retain: retain}
 		if ids != nil {
@@ -133,6 +142,12 @@ type deliverResult struct {
 	conn      *conn // has bytes to flush, or nil
 	ok        bool  // the session took the message
 	persisted bool  // the Store was written to
+}
+
+// queuesQoS0Locked reports whether QoS 0 messages queue while the session
+// is offline.
+func (s *session) queuesQoS0Locked() bool {
+	return s.srv.opts.QueueQoS0 && s.expiry != 0
 }
 
 // enqueueLocked appends d to the queue, dropping per the drop policy when the
@@ -272,7 +287,16 @@ func (s *session) pumpLocked() {
 	}
 	now := s.srv.clock.Now()
 	for s.queue.len() > 0 && len(s.inflight) < int(c.sendMax) {
-		s.sendNewLocked(s.queue.pop(), now)
+		d := s.queue.pop()
+		if d.qos == 0 {
+			// QoS 0 needs no window and no packet id.
+			if s.sendLocked(&d, 0, now) != written {
+				s.dropped++
+				s.srv.stats.droppedQoS0.Add(1)
+			}
+			continue
+		}
+		s.sendNewLocked(d, now)
 	}
 }
 

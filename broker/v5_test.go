@@ -668,3 +668,29 @@ func TestV5ShutdownSendsServerShuttingDown(t *testing.T) {
 		t.Fatal("no DISCONNECT on shutdown")
 	}
 }
+
+func TestV5QueueDropsQoS0First(t *testing.T) {
+	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedMessages: 3, QueueQoS0: true})
+	sub, _ := brokertest.Connect(t, addr, withExpiry(rawV5("offline", true), 60))
+	sub.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("q/#"), QoS: 1}}})
+	sub.Conn.Close()
+	brokertest.Eventually(t, 5*time.Second, "detach", func() bool { return srv.Stats().ClientsConnected == 0 })
+	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
+	pub.pub("q/1", 1, false, "a")
+	pub.pub("q/0", 0, false, "b") // the QoS 0 message goes first when the queue overflows
+	pub.pub("q/1", 1, false, "c")
+	pub.pub("q/1", 1, false, "d")
+	pub.pub("q/0", 0, false, "e")
+	brokertest.Eventually(t, 5*time.Second, "two drops", func() bool { return srv.Stats().DroppedQueueFull == 2 })
+	sub, _ = brokertest.Connect(t, addr, withExpiry(rawV5("offline", false), 60))
+	var got []string
+	for range 3 {
+		var p packet.Publish
+		sub.Expect(packet.PUBLISH, &p)
+		got = append(got, string(p.Payload))
+	}
+	// "b" (QoS 0) was dropped for "d", then "a" (oldest; no QoS 0 left) for "e".
+	if fmt.Sprint(got) != "[c d e]" {
+		t.Fatalf("delivered %v, want [c d e]", got)
+	}
+}

@@ -97,6 +97,10 @@ type MQTT struct {
 	// MaxQueuedMessages bounds each session's queue (0: default 1000).
 	MaxQueuedMessages int `yaml:"max_queued_messages"`
 
+	// QueueQoS0Messages queues QoS 0 messages for offline persistent
+	// sessions too (in memory only). Default false: they are dropped.
+	QueueQoS0Messages bool `yaml:"queue_qos0_messages"`
+
 	// MaxPendingBytes bounds the bytes waiting to be written to one client
 	// (0: default 1 MiB).
 	MaxPendingBytes int `yaml:"max_pending_bytes"`
@@ -337,6 +341,7 @@ func (c *Config) BrokerOptions() broker.Options {
 		MaxKeepAlive:        m.MaxKeepAlive,
 		MaxSessionExpiry:    m.MaxSessionExpiry,
 		MaxQueuedMessages:   m.MaxQueuedMessages,
+		QueueQoS0:           m.QueueQoS0Messages,
 		MaxPendingBytes:     m.MaxPendingBytes,
 		MaxClientIDLength:   m.MaxClientIDLength,
 		ConnectTimeout:      m.ConnectTimeout,
