@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/linemq/linemq/broker/packet"
@@ -49,8 +50,9 @@ type conn struct {
 	unsub     packet.Unsubscribe
 	aliasIn   []string
 	r         *router
-	held      []heldAck // acknowledgements waiting for the Store
-	needSync  bool      // this read wrote to the Store
+	held      []heldAck    // acknowledgements waiting for the Store
+	unackedIn atomic.Int32 // QoS 1 publishes received and not yet acknowledged
+	needSync  bool         // this read wrote to the Store
 	reasons   []packet.ReasonCode
 	scratch   []byte
 	expiryIn  uint32 // Session Expiry Interval after CONNECT, for DISCONNECT rules
@@ -67,6 +69,7 @@ type conn struct {
 	out      []byte
 	spare    []byte
 	closing  bool // no more writes; the writer closes nc after flushing
+	refill   bool // a delivery was held back by MaxPendingBytes
 	takeover bool // the session was taken over by another connection
 	cleanTO  bool // ... by one with Clean Start, which ends the old session
 	wsig     chan struct{}
@@ -106,11 +109,19 @@ func (c *conn) serve() {
 func (c *conn) readLoop() (packet.ReasonCode, error) {
 	buf := make([]byte, 0, minReadBuf)
 	shorts := 0
+	cleared := false
 	// Network deadlines use the real clock: they are the kernel's business.
 	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.ConnectTimeout))
 	for {
-		if c.connected && c.keepAlive > 0 {
-			c.nc.SetReadDeadline(time.Now().Add(c.keepAlive * 3 / 2))
+		if c.connected {
+			if c.keepAlive > 0 {
+				c.nc.SetReadDeadline(time.Now().Add(c.keepAlive * 3 / 2))
+			} else if !cleared {
+				// Keep alive 0 turns the timeout off [MQTT-3.1.2-22]; the
+				// connect timeout must not outlive the CONNECT.
+				c.nc.SetReadDeadline(time.Time{})
+				cleared = true
+			}
 		}
 		if len(buf) == cap(buf) {
 			buf = grow(buf, 2*cap(buf))
@@ -244,7 +255,22 @@ func (c *conn) writeLoop() {
 			c.spare = buf[:0]
 		}
 		more := len(c.out) > 0
+		refill := c.refill && !c.closing
+		c.refill = false
 		c.wmu.Unlock()
+		if refill && c.sess != nil {
+			// Deliveries stopped at the pending-bytes limit: the write made
+			// room, so move queued messages into flight again.
+			s := c.sess
+			s.mu.Lock()
+			if s.conn == c {
+				s.pumpLocked()
+			}
+			s.mu.Unlock()
+			c.wmu.Lock()
+			more = len(c.out) > 0
+			c.wmu.Unlock()
+		}
 		if closing && !more {
 			c.nc.Close()
 			return
@@ -253,6 +279,18 @@ func (c *conn) writeLoop() {
 			c.signal()
 		}
 	}
+}
+
+// overPending reports whether the output buffer holds MaxPendingBytes or
+// more. The next write then refills the send window from the queue.
+func (c *conn) overPending() bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if len(c.out) >= c.srv.opts.MaxPendingBytes {
+		c.refill = true
+		return true
+	}
+	return false
 }
 
 func (c *conn) isClosing() bool {
@@ -349,6 +387,9 @@ func (c *conn) writeBytes(b []byte) {
 
 // writeAck appends a PUBACK, PUBREC, PUBREL or PUBCOMP.
 func (c *conn) writeAck(t packet.Type, pid uint16, reason packet.ReasonCode) {
+	if t == packet.PUBACK {
+		c.unackedIn.Add(-1)
+	}
 	a := packet.Ack{Type: t, PacketID: pid, Reason: reason}
 	if reason.IsError() && c.problemInfo && c.version >= packet.V5 {
 		// Problem information only when the client did not turn it off [MQTT-3.1.2-29].

@@ -21,7 +21,7 @@ var (
 	errUnknownAlias    = &packet.Error{Code: packet.ProtocolError, Reason: "topic alias not yet mapped to a topic"}                // [MQTT-3.3.2-?]
 	errBadTopicName    = &packet.Error{Code: packet.TopicNameInvalid, Reason: "topic name with wildcards or empty"}                // [MQTT-3.3.2-2]
 	errRetainDisabled  = &packet.Error{Code: packet.RetainNotSupported, Reason: "retained publish while retain is not available"}  // [MQTT-3.3.1-?]
-	errRecvMaxExceeded = &packet.Error{Code: packet.ReceiveMaximumExceeded, Reason: "more unacknowledged QoS 2 publishes than Receive Maximum"}
+	errRecvMaxExceeded = &packet.Error{Code: packet.ReceiveMaximumExceeded, Reason: "more unacknowledged QoS 1 and 2 publishes than Receive Maximum"}
 	errNoLocalShared   = &packet.Error{Code: packet.ProtocolError, Reason: "No Local on a shared subscription"} // [MQTT-3.8.3-4]
 	errSubIDsOff       = &packet.Error{Code: packet.SubIDsNotSupported, Reason: "subscription identifiers are not available"}
 	errPubSubID        = &packet.Error{Code: packet.ProtocolError, Reason: "PUBLISH from a client carries a subscription identifier"} // [MQTT-3.3.4-6]
@@ -118,6 +118,13 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 	if p.Retain && opts.DisableRetain {
 		return errRetainDisabled
 	}
+	if p.QoS == 1 {
+		// Acknowledgements held by the Store or by backpressure count
+		// against the client's quota, as its unacknowledged publishes.
+		if c.unackedIn.Add(1) > int32(opts.ReceiveMaximum) {
+			return errRecvMaxExceeded // [MQTT-3.3.4-9]
+		}
+	}
 
 	// QoS 2: a PUBLISH whose packet id is still unreleased is a resend,
 	// acknowledged again but not routed again [MQTT-4.3.3-10].
@@ -125,7 +132,7 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 		s := c.sess
 		s.mu.Lock()
 		_, dup := s.inQoS2[p.PacketID]
-		if !dup && len(s.inQoS2) >= int(opts.ReceiveMaximum) {
+		if !dup && len(s.inQoS2)+int(c.unackedIn.Load()) >= int(opts.ReceiveMaximum) {
 			s.mu.Unlock()
 			return errRecvMaxExceeded // [MQTT-3.3.4-9]
 		}
@@ -144,6 +151,7 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 	}
 
 	rc := packet.Success
+	var wait *session
 	if !opts.Auth.CanPublish(c.info, string(name)) {
 		rc = packet.NotAuthorized
 	} else {
@@ -159,18 +167,20 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 			c.needSync = true
 			r.persisted = false
 		}
+		wait = r.congested
+		r.congested = nil
 	}
 	if !v5 && rc.IsError() {
 		rc = packet.Success // 3.1.1 has no negative acknowledgement
 	}
 	switch p.QoS {
 	case 1:
-		c.held = append(c.held, heldAck{packet.PUBACK, p.PacketID, rc})
+		c.held = append(c.held, heldAck{packet.PUBACK, p.PacketID, rc, wait})
 	case 2:
 		if rc.IsError() {
 			c.forgetInbound(p.PacketID)
 		}
-		c.held = append(c.held, heldAck{packet.PUBREC, p.PacketID, rc})
+		c.held = append(c.held, heldAck{packet.PUBREC, p.PacketID, rc, wait})
 	}
 	return nil
 }
@@ -178,9 +188,10 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 // heldAck is a PUBACK or PUBREC waiting for the end of the read: the
 // acknowledgement goes out only once what it acknowledges is durable.
 type heldAck struct {
-	t   packet.Type
-	pid uint16
-	rc  packet.ReasonCode
+	t    packet.Type
+	pid  uint16
+	rc   packet.ReasonCode
+	wait *session // a congested share-group member to wait for, or nil
 }
 
 // errStoreFailed ends a 3.1.1 connection whose publish could not be made
@@ -212,8 +223,18 @@ func (c *conn) releaseAcks() error {
 				c.forgetInbound(a.pid)
 			}
 		}
+		if a.wait != nil && !rc.IsError() {
+			s := a.wait
+			s.mu.Lock()
+			held := s.holdAckLocked(ackWaiter{c, a.t, a.pid, rc})
+			s.mu.Unlock()
+			if held {
+				continue
+			}
+		}
 		c.writeAck(a.t, a.pid, rc)
 	}
+	clear(c.held)
 	c.held = c.held[:0]
 	return nil
 }

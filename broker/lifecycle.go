@@ -196,6 +196,7 @@ func (srv *Server) endSession(sess *session) {
 	left := sess.takeUndelivered(nil)
 	sess.queue = ring{}
 	clear(sess.inflight)
+	sess.releaseWaitersLocked(true)
 	sess.mu.Unlock()
 	srv.redispatch(left)
 	srv.deleteStored(sess)

@@ -19,7 +19,6 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -225,6 +224,7 @@ func TestRobustConnectNeverArrives(t *testing.T) {
 	type bad struct {
 		name string
 		send []byte
+		drip bool // send one byte every 40 ms instead of all at once
 	}
 	var bads []bad
 	for i := range 20 {
@@ -234,6 +234,9 @@ func TestRobustConnectNeverArrives(t *testing.T) {
 		bad{name: "half CONNECT", send: connect[:len(connect)/2]},
 		bad{name: "CONNECT fixed header only", send: connect[:2]},
 		bad{name: "one byte", send: connect[:1]},
+		// A CONNECT trickling in must not extend the deadline: bytes
+		// arriving are not a CONNECT arriving.
+		bad{name: "CONNECT one byte at a time", send: connect, drip: true},
 	)
 	type result struct {
 		name    string
@@ -248,7 +251,21 @@ func TestRobustConnectNeverArrives(t *testing.T) {
 			t.Fatalf("dial: %v", err)
 		}
 		defer nc.Close()
-		if len(b.send) > 0 {
+		ended := make(chan struct{})
+		if b.drip {
+			go func() {
+				for i := range b.send {
+					select {
+					case <-ended:
+						return
+					case <-time.After(40 * time.Millisecond):
+					}
+					if _, err := nc.Write(b.send[i : i+1]); err != nil {
+						return
+					}
+				}
+			}()
+		} else if len(b.send) > 0 {
 			if _, err := nc.Write(b.send); err != nil {
 				t.Fatalf("%s: write: %v", b.name, err)
 			}
@@ -256,6 +273,7 @@ func TestRobustConnectNeverArrives(t *testing.T) {
 		start := time.Now()
 		go func() {
 			got, err := robustReadClosed(nc, start.Add(10*time.Second))
+			close(ended)
 			results <- result{b.name, time.Since(start), got, err}
 		}()
 	}
@@ -285,18 +303,20 @@ func TestRobustConnectNeverArrives(t *testing.T) {
 	if st := srv.Stats(); st.ClientsConnected != 2 || st.Sessions != 2 {
 		t.Errorf("after the timeouts: ClientsConnected %d Sessions %d, want 2 and 2", st.ClientsConnected, st.Sessions)
 	}
-	robustWaitSettled(t, base, 1, 4<<20, 10*time.Second)
+	robustWaitSettled(t, base, 2, 4<<20, 10*time.Second)
 
 	// ConnectTimeout bounds the wait for CONNECT only. A client that
-	// asked for keep alive 0 (no keep alive, [MQTT-3.1.2-10]) must not be
-	// dropped once it is connected, however long it stays quiet.
+	// asked for keep alive 0 (which turns the keep alive mechanism off)
+	// must not be dropped once it is connected, however long it is quiet.
 	t.Run("KeepAliveZeroOutlivesConnectTimeout", func(t *testing.T) {
 		for _, v := range []packet.Version{packet.V5, packet.V311} {
-			id := fmt.Sprintf("ka0-v%d", v)
-			c, _ := robustConnectOK(t, addr, &packet.Connect{Version: v, ClientID: []byte(id), CleanStart: true, KeepAlive: 0})
-			robustExpectOpen(t, c, 4*connectTimeout, robustVersionName(v)+" client with keep alive 0, quiet for 4x ConnectTimeout")
-			robustPing(t, c, id)
-			c.Conn.Close()
+			t.Run(robustVersionName(v), func(t *testing.T) {
+				id := fmt.Sprintf("ka0-v%d", v)
+				c, _ := robustConnectOK(t, addr, &packet.Connect{Version: v, ClientID: []byte(id), CleanStart: true, KeepAlive: 0})
+				robustExpectOpen(t, c, 4*connectTimeout, robustVersionName(v)+" client with keep alive 0, quiet for 4x ConnectTimeout")
+				robustPing(t, c, id)
+				c.Conn.Close()
+			})
 		}
 	})
 }
@@ -338,7 +358,7 @@ func TestRobustHalfOpen(t *testing.T) {
 			if will.QoS == 1 {
 				watcher.Send((&packet.Ack{Type: packet.PUBACK, PacketID: will.PacketID}).Append(nil, watcher.Version))
 			}
-			if willAfter < 1300*time.Millisecond || willAfter > 3*time.Second {
+			if willAfter < 1300*time.Millisecond || willAfter > 4*time.Second {
 				t.Errorf("keep alive 1 s: connection ended after %v, want about 1.5 s", willAfter)
 			}
 			// The event comes after the will: the session is detached first.
@@ -359,6 +379,47 @@ func TestRobustHalfOpen(t *testing.T) {
 		})
 	}
 
+	// A half-open client that was subscribed to a busy topic: its TCP
+	// window is full and the broker's writer is blocked on it (the default
+	// WriteTimeout is 30 s). The keep alive must still end it at about
+	// 1.5 s, and its writer must not outlive it.
+	t.Run("FullWindow", func(t *testing.T) {
+		c, _ := robustConnectOK(t, addr, &packet.Connect{ClientID: []byte("halfopen-full"), CleanStart: true, KeepAlive: 1})
+		if tc, ok := c.Conn.(*net.TCPConn); ok {
+			tc.SetReadBuffer(8 << 10)
+		}
+		c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("robust/busy"), QoS: 0}}})
+		silentFrom := time.Now()
+		flooder, _ := robustConnectOK(t, addr, &packet.Connect{ClientID: []byte("halfopen-flooder"), CleanStart: true, KeepAlive: 30})
+		var sent atomic.Int64
+		stop := make(chan struct{})
+		floodErr := make(chan error, 1)
+		go func() {
+			floodErr <- robustFlood(flooder.Conn, flooder.Version, "robust/busy", 1_000_000, 1<<10, stop, &sent)
+		}()
+		var d robustDisc
+		brokertest.Eventually(t, 10*time.Second, "the half-open client with a full window to be dropped", func() bool {
+			var ok bool
+			d, ok = ev.get("halfopen-full")
+			return ok
+		})
+		close(stop)
+		if err := <-floodErr; err != nil {
+			t.Fatalf("flood: %v", err)
+		}
+		after := d.at.Sub(silentFrom)
+		t.Logf("dropped after %v (%d messages flooded): reason %v, cause %v", after, sent.Load(), d.reason, d.err)
+		if after < 1300*time.Millisecond || after > 6*time.Second {
+			t.Errorf("keep alive 1 s with a blocked writer: dropped after %v, want 1.5 s plus at most the 2 s flush grace", after)
+		}
+		if d.reason != packet.KeepAliveTimeout {
+			t.Errorf("disconnection reason %#x (%v), want 0x8D keep alive timeout (cause %v)", byte(d.reason), d.reason, d.err)
+		}
+		flooder.Conn.Close()
+		c.Conn.Close()
+		pair.check(t)
+	})
+
 	// Traffic resets the timer: a client pinging every 500 ms with keep
 	// alive 1 s stays connected well past 1.5 s.
 	t.Run("PingingClientStays", func(t *testing.T) {
@@ -375,7 +436,7 @@ func TestRobustHalfOpen(t *testing.T) {
 	if st := srv.Stats(); st.ClientsConnected != 3 {
 		t.Errorf("ClientsConnected %d, want 3 (probe pair and watcher)", st.ClientsConnected)
 	}
-	robustWaitSettled(t, base, 1, 4<<20, 10*time.Second)
+	robustWaitSettled(t, base, 2, 4<<20, 10*time.Second)
 }
 
 // ---------------------------------------------------------------------------
@@ -523,7 +584,7 @@ func TestRobustSlowReader(t *testing.T) {
 		ctl.Publish(&packet.Publish{Topic: []byte("ctl/x"), QoS: 1, PacketID: 60000, Payload: []byte("after")})
 		ctl.Expect(packet.PUBACK, nil)
 		robustAwait(t, good, "ctl/x", []byte("after"), 20*time.Second)
-		robustWaitSettled(t, base, 1, 8<<20, 15*time.Second)
+		robustWaitSettled(t, base, 2, 8<<20, 15*time.Second)
 	})
 
 	t.Run("WriteTimeout", func(t *testing.T) {
@@ -586,7 +647,7 @@ func TestRobustSlowReader(t *testing.T) {
 		}
 		pub.Conn.Close()
 		slow.Conn.Close()
-		robustWaitSettled(t, base, 1, 8<<20, 15*time.Second)
+		robustWaitSettled(t, base, 2, 8<<20, 15*time.Second)
 	})
 
 	// Options.MaxPendingBytes promises that "a client that stops reading
@@ -641,7 +702,7 @@ func TestRobustSlowReader(t *testing.T) {
 			return st.ClientsConnected == 2 && st.Sessions == 2
 		})
 		pair.check(t)
-		robustWaitSettled(t, base, 1, 8<<20, 15*time.Second)
+		robustWaitSettled(t, base, 2, 8<<20, 15*time.Second)
 	})
 }
 
@@ -754,7 +815,7 @@ func TestRobustConnectionFlood(t *testing.T) {
 		st := srv.Stats()
 		return st.ClientsConnected == 2 && st.Sessions == 2
 	})
-	robustWaitSettled(t, base, 1, 8<<20, 20*time.Second)
+	robustWaitSettled(t, base, 2, 8<<20, 20*time.Second)
 	pair.check(t)
 	pair.close()
 	brokertest.Eventually(t, 10*time.Second, "no clients and no sessions left", func() bool {
@@ -939,9 +1000,9 @@ func TestRobustMalformedInputs(t *testing.T) {
 		}
 	}
 
-	// The control case: a well-formed DISCONNECT is not a protocol error.
-	// The broker closes without answering [MQTT-3.14.4-1] and reports a
-	// normal disconnection.
+	// The control case: a well-formed DISCONNECT is not an error. Nothing
+	// answers it (a DISCONNECT back would report an error that did not
+	// happen); the broker closes and reports a normal disconnection.
 	t.Run("v5/normal DISCONNECT gets no reply", func(t *testing.T) {
 		c, _ := robustConnectOK(t, addr, &packet.Connect{ClientID: []byte("polite"), CleanStart: true, KeepAlive: 30})
 		c.Send((&packet.Disconnect{}).Append(nil, packet.V5))
@@ -958,14 +1019,7 @@ func TestRobustMalformedInputs(t *testing.T) {
 	})
 
 	pair.check(t)
-	robustWaitSettled(t, base, 1, 4<<20, 10*time.Second)
-	if t.Failed() {
-		var names []string
-		for _, tc := range cases {
-			names = append(names, tc.name)
-		}
-		t.Logf("cases: %s", strings.Join(names, "; "))
-	}
+	robustWaitSettled(t, base, 2, 4<<20, 10*time.Second)
 }
 
 // ---------------------------------------------------------------------------
@@ -978,6 +1032,12 @@ type robustFlakyListener struct {
 	fails atomic.Int32
 	err   error
 }
+
+type robustTimeoutError struct{}
+
+func (robustTimeoutError) Error() string   { return "i/o timeout" }
+func (robustTimeoutError) Timeout() bool   { return true }
+func (robustTimeoutError) Temporary() bool { return true }
 
 func (l *robustFlakyListener) Accept() (net.Conn, error) {
 	if l.fails.Add(-1) >= 0 {
@@ -998,6 +1058,9 @@ func TestRobustAcceptErrors(t *testing.T) {
 		{"EMFILE", os.NewSyscallError("accept", syscall.EMFILE)},
 		{"ENFILE", os.NewSyscallError("accept", syscall.ENFILE)},
 		{"ENOBUFS", os.NewSyscallError("accept", syscall.ENOBUFS)},
+		// The control case, which the accept loop does retry: shows
+		// the harness itself lets Serve go on.
+		{"timeout", robustTimeoutError{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, err := broker.New(broker.Options{})
@@ -1010,12 +1073,13 @@ func TestRobustAcceptErrors(t *testing.T) {
 			}
 			l := &robustFlakyListener{Listener: inner, err: tc.err}
 			l.fails.Store(3)
-			served := make(chan error, 1)
+			var serveErr error
+			served := make(chan struct{})
 			var returned atomic.Bool
 			go func() {
-				err := srv.Serve(l)
+				serveErr = srv.Serve(l)
 				returned.Store(true)
-				served <- err
+				close(served)
 			}()
 			t.Cleanup(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -1031,10 +1095,9 @@ func TestRobustAcceptErrors(t *testing.T) {
 			brokertest.Eventually(t, 5*time.Second, "Serve to get past the failing accepts or give up", func() bool {
 				return l.fails.Load() < 0 || returned.Load()
 			})
-			select {
-			case err := <-served:
-				t.Fatalf("Serve gave up on the listener after a transient accept error: %v", err)
-			default:
+			if returned.Load() {
+				<-served
+				t.Fatalf("Serve gave up on the listener after a transient accept error: %v", serveErr)
 			}
 			c, _ := robustConnectOK(t, inner.Addr().String(), &packet.Connect{ClientID: []byte("after-" + tc.name), CleanStart: true, KeepAlive: 30})
 			robustPing(t, c, "client accepted after the accept errors")

@@ -4,7 +4,8 @@ package broker
 // reuses its scratch space, so routing does not allocate in steady state.
 type router struct {
 	owner     *conn
-	persisted bool // a delivery wrote to the Store since the last reset
+	persisted bool     // a delivery wrote to the Store since the last reset
+	congested *session // a member past its high-water mark since the last reset
 	targets   []target
 	index     map[*session]int
 	touched   map[*conn]struct{}

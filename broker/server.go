@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/linemq/linemq/broker/topic"
@@ -88,8 +89,7 @@ func (s *Server) Serve(l net.Listener) error {
 			if s.closed.Load() {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if temporaryAcceptError(err) {
 				// Out of file descriptors and the like: wait and retry
 				// rather than spin or give up on the listener.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
@@ -107,6 +107,24 @@ func (s *Server) Serve(l net.Listener) error {
 		}
 		go c.serve()
 	}
+}
+
+// temporaryAcceptError reports whether Accept failed for a reason that
+// passes (out of file descriptors or buffers, a timeout), so the listener
+// should be retried rather than abandoned.
+func temporaryAcceptError(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		switch errno {
+		case syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED:
+			return true
+		}
+	}
+	return false
 }
 
 // ServeConn runs one already-accepted connection (a TLS or WebSocket

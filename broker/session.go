@@ -47,6 +47,8 @@ type session struct {
 	dropped      uint64 // messages dropped for this session (queue full, too large)
 	disconnects  uint64 // connections that ended
 	redeliveries uint64 // PUBLISH packets resent with DUP after a reconnect
+
+	waiters []ackWaiter // publishers' acknowledgements held by backpressure
 }
 
 func newSession(srv *Server, id string, v packet.Version) *session {
@@ -76,7 +78,7 @@ func (s *session) verdict(qos byte) share.Verdict {
 		return share.Full
 	case qos == 0:
 		return share.Take
-	case s.queue.len() == 0 && len(s.inflight) < int(s.conn.sendMax):
+	case s.queue.len() == 0 && s.windowOpenLocked():
 		return share.Take
 	default:
 		return share.Full
@@ -128,20 +130,35 @@ func (s *session) deliver(m *Message, qos byte, retain bool, ids *subIDs, g *sha
 		d.subIDs = *ids
 	}
 	persisted := s.persistentLocked()
-	if s.conn != nil && s.queue.len() == 0 && len(s.inflight) < int(s.conn.sendMax) {
+	if s.conn != nil && s.queue.len() == 0 && s.windowOpenLocked() {
 		s.sendNewLocked(d, now)
 		return deliverResult{conn: s.conn, ok: true, persisted: persisted}
 	}
-	s.enqueueLocked(d)
+	soft := g != nil && g.backpressure
+	s.enqueueSoftLocked(d, soft)
 	s.saveMsgLocked(&d)
-	return deliverResult{ok: true, persisted: persisted}
+	res := deliverResult{ok: true, persisted: persisted}
+	if soft && s.queue.len() >= s.srv.opts.MaxQueuedMessages {
+		res.congested = s
+	}
+	return res
 }
 
 // deliverResult is what deliver did with a message.
 type deliverResult struct {
-	conn      *conn // has bytes to flush, or nil
-	ok        bool  // the session took the message
-	persisted bool  // the Store was written to
+	conn      *conn    // has bytes to flush, or nil
+	ok        bool     // the session took the message
+	persisted bool     // the Store was written to
+	congested *session // a share-group member past its high-water mark: hold the publisher's ack
+}
+
+// windowOpenLocked reports whether a QoS 1/2 message can be sent now: the
+// client's Receive Maximum has room, and the connection is not already
+// holding MaxPendingBytes unwritten (a client that stops reading must not
+// pin more than that, whatever window it advertised).
+func (s *session) windowOpenLocked() bool {
+	c := s.conn
+	return len(s.inflight) < int(c.sendMax) && !c.overPending()
 }
 
 // queuesQoS0Locked reports whether QoS 0 messages queue while the session
@@ -152,8 +169,14 @@ func (s *session) queuesQoS0Locked() bool {
 
 // enqueueLocked appends d to the queue, dropping per the drop policy when the
 // queue is at its limit: a QoS 0 entry first, otherwise the oldest.
-func (s *session) enqueueLocked(d delivery) {
-	if limit := s.srv.opts.MaxQueuedMessages; s.queue.len() >= limit {
+func (s *session) enqueueLocked(d delivery) { s.enqueueSoftLocked(d, false) }
+
+// enqueueSoftLocked is enqueueLocked where soft lets the queue grow past its
+// limit: share groups in backpressure mode hold their publishers'
+// acknowledgements instead of dropping what was acknowledged, which bounds
+// the queue by the publishers' windows.
+func (s *session) enqueueSoftLocked(d delivery, soft bool) {
+	if limit := s.srv.opts.MaxQueuedMessages; !soft && s.queue.len() >= limit {
 		victim := 0
 		for i := 0; i < s.queue.len(); i++ {
 			if s.queue.at(i).qos == 0 {
@@ -286,7 +309,7 @@ func (s *session) pumpLocked() {
 		return
 	}
 	now := s.srv.clock.Now()
-	for s.queue.len() > 0 && len(s.inflight) < int(c.sendMax) {
+	for s.queue.len() > 0 && s.windowOpenLocked() {
 		d := s.queue.pop()
 		if d.qos == 0 {
 			// QoS 0 needs no window and no packet id.
@@ -298,6 +321,41 @@ func (s *session) pumpLocked() {
 		}
 		s.sendNewLocked(d, now)
 	}
+	s.releaseWaitersLocked(false)
+}
+
+// ackWaiter is a publisher's acknowledgement held until this session's
+// queue drains below its low-water mark.
+type ackWaiter struct {
+	c   *conn
+	t   packet.Type
+	pid uint16
+	rc  packet.ReasonCode
+}
+
+// holdAckLocked holds a publisher's acknowledgement while the session's
+// queue is above half its limit; it reports false (send it now) otherwise.
+func (s *session) holdAckLocked(w ackWaiter) bool {
+	if s.ended || s.queue.len() < s.srv.opts.MaxQueuedMessages/2 {
+		return false
+	}
+	s.waiters = append(s.waiters, w)
+	s.srv.stats.acksHeld.Add(1)
+	return true
+}
+
+// releaseWaitersLocked sends the held acknowledgements once the queue is
+// below half its limit, or at once with force (the session is ending).
+func (s *session) releaseWaitersLocked(force bool) {
+	if len(s.waiters) == 0 || (!force && s.queue.len() >= s.srv.opts.MaxQueuedMessages/2) {
+		return
+	}
+	for _, w := range s.waiters {
+		w.c.writeAck(w.t, w.pid, w.rc)
+		w.c.signal()
+	}
+	clear(s.waiters)
+	s.waiters = s.waiters[:0]
 }
 
 // resumeLocked runs when a client reconnects to an existing session: it
@@ -370,5 +428,6 @@ func (s *session) takeUndelivered(g *shareGroup) []delivery {
 	for i := range out {
 		s.forgetMsgLocked(&out[i])
 	}
+	s.releaseWaitersLocked(false)
 	return out
 }

@@ -19,6 +19,12 @@ type ShareOptions struct {
 	// Groups are per-group policies; the first whose Name pattern matches a
 	// group's name applies to it.
 	Groups []GroupPolicy
+	// Overload is what happens when a group's workers cannot keep up and a
+	// member's queue reaches MaxQueuedMessages: "backpressure" (the default)
+	// holds the publishers' PUBACK/PUBREC until the queue drains to half, so
+	// no acknowledged message is dropped; "drop_oldest" drops the oldest
+	// queued message instead (counted), for users who prefer fresh data.
+	Overload string
 }
 
 // GroupPolicy declares how a share group (or a family of them) behaves, and
@@ -43,6 +49,8 @@ type GroupPolicy struct {
 	MinMembers int
 	// MaxMembers refuses members beyond it with 0x97 Quota exceeded; 0 for no limit.
 	MaxMembers int
+	// Overload overrides ShareOptions.Overload; empty keeps it.
+	Overload string
 }
 
 func (o *ShareOptions) validate() error {
@@ -51,6 +59,9 @@ func (o *ShareOptions) validate() error {
 		if _, err := share.ParseStrategy(o.Strategy); err != nil {
 			errs = append(errs, fmt.Errorf("broker: Shares.Strategy: %w", err))
 		}
+	}
+	if err := validOverload(o.Overload); err != nil {
+		errs = append(errs, fmt.Errorf("broker: Shares.Overload: %w", err))
 	}
 	for i, g := range o.Groups {
 		if g.Name == "" {
@@ -63,6 +74,9 @@ func (o *ShareOptions) validate() error {
 				errs = append(errs, fmt.Errorf("broker: Shares.Groups[%d].Strategy: %w", i, err))
 			}
 		}
+		if err := validOverload(g.Overload); err != nil {
+			errs = append(errs, fmt.Errorf("broker: Shares.Groups[%d].Overload: %w", i, err))
+		}
 		for _, p := range g.AllowedClients {
 			if _, err := path.Match(p, ""); err != nil {
 				errs = append(errs, fmt.Errorf("broker: Shares.Groups[%d].AllowedClients %q: %w", i, p, err))
@@ -73,6 +87,20 @@ func (o *ShareOptions) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Overload modes of a share group.
+const (
+	OverloadBackpressure = "backpressure"
+	OverloadDropOldest   = "drop_oldest"
+)
+
+func validOverload(s string) error {
+	switch s {
+	case "", OverloadBackpressure, OverloadDropOldest:
+		return nil
+	}
+	return fmt.Errorf("unknown overload mode %q (valid: %s, %s)", s, OverloadBackpressure, OverloadDropOldest)
 }
 
 // policyFor resolves the policy of the group named name.
@@ -106,12 +134,19 @@ type shareGroup struct {
 	accept func(share.Member[*subscription]) share.Verdict
 	ended  bool
 
+	backpressure bool // hold publishers' acks instead of dropping (see ShareOptions.Overload)
+
 	in, delivered, acked, redispatched, dropped, discarded atomic.Uint64
 }
 
 func newShareGroup(key groupKey, opts *ShareOptions) *shareGroup {
 	pol, so := opts.policyFor(key.name)
 	g := &shareGroup{key: key, policy: pol, g: share.NewGroup[*subscription](key.name, key.filter, so)}
+	mode := opts.Overload
+	if pol.Overload != "" {
+		mode = pol.Overload
+	}
+	g.backpressure = mode != OverloadDropOldest
 	// One closure per group, made once, so that Pick does not allocate one
 	// per message.
 	g.accept = func(m share.Member[*subscription]) share.Verdict {
@@ -154,6 +189,9 @@ func (g *shareGroup) dispatch(m *Message, r *router) bool {
 		g.delivered.Add(1)
 		sub.delivered.Add(1)
 		r.persisted = r.persisted || res.persisted
+		if res.congested != nil {
+			r.congested = res.congested
+		}
 		r.touch(res.conn)
 		return true
 	}

@@ -20,6 +20,7 @@ type counters struct {
 	expiredSessions  atomic.Uint64
 	willsPublished   atomic.Uint64
 	storeErrors      atomic.Uint64
+	acksHeld         atomic.Uint64
 }
 
 // Stats is a snapshot of the broker's counters and sizes.
@@ -43,6 +44,7 @@ type Stats struct {
 	ExpiredSessions  uint64 // sessions ended by their expiry interval
 	WillsPublished   uint64 // will messages published
 	StoreErrors      uint64 // failed Store writes and syncs
+	AcksHeld         uint64 // publisher acknowledgements held back by share-group backpressure
 }
 
 // Stats returns a snapshot of the broker's counters.
@@ -74,5 +76,6 @@ func (srv *Server) Stats() Stats {
 		ExpiredSessions:  c.expiredSessions.Load(),
 		WillsPublished:   c.willsPublished.Load(),
 		StoreErrors:      c.storeErrors.Load(),
+		AcksHeld:         c.acksHeld.Load(),
 	}
 }
