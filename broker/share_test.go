@@ -439,3 +439,72 @@ func TestShareStickyAndRandom(t *testing.T) {
 		t.Fatalf("random split %d/%d of 200", nb, nc)
 	}
 }
+
+func TestShareOverloadBackpressureHoldsAcks(t *testing.T) {
+	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedMessages: 10})
+	cp := rawV5("slow", true)
+	cp.Props.Set(packet.PropReceiveMaximum)
+	cp.Props.ReceiveMaximum = 1
+	slow, _ := brokertest.Connect(t, addr, cp)
+	slow.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/g/load"), QoS: 1}}})
+	pub, _ := brokertest.Connect(t, addr, rawV5("pub", true))
+	const n = 30
+	for i := range n {
+		pub.Publish(&packet.Publish{Topic: []byte("load"), QoS: 1, PacketID: uint16(i + 1), Payload: []byte(fmt.Sprint(i))})
+	}
+	acks := 0
+	for {
+		h, _, err := pub.Read(300 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		if h.Type == packet.PUBACK {
+			acks++
+		}
+	}
+	if acks >= n || srv.Stats().AcksHeld == 0 {
+		t.Fatalf("%d of %d PUBACKs sent, %d held: the publisher was not slowed down", acks, n, srv.Stats().AcksHeld)
+	}
+	// The worker catches up: every message arrives, in order, and every
+	// held acknowledgement is released.
+	for i := range n {
+		var p packet.Publish
+		slow.Expect(packet.PUBLISH, &p)
+		if string(p.Payload) != fmt.Sprint(i) {
+			t.Fatalf("message %d: got %q", i, p.Payload)
+		}
+		slow.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+	}
+	for acks < n {
+		pub.Expect(packet.PUBACK, nil)
+		acks++
+	}
+	if d := srv.Stats().DroppedQueueFull; d != 0 {
+		t.Fatalf("%d messages dropped under backpressure", d)
+	}
+}
+
+func TestShareOverloadDropOldest(t *testing.T) {
+	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedMessages: 10,
+		Shares: broker.ShareOptions{Overload: broker.OverloadDropOldest}})
+	cp := rawV5("slow", true)
+	cp.Props.Set(packet.PropReceiveMaximum)
+	cp.Props.ReceiveMaximum = 1
+	slow, _ := brokertest.Connect(t, addr, cp)
+	slow.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/g/load"), QoS: 1}}})
+	pub, _ := brokertest.Connect(t, addr, rawV5("pub", true))
+	for i := range 30 {
+		pub.Publish(&packet.Publish{Topic: []byte("load"), QoS: 1, PacketID: uint16(i + 1), Payload: []byte(fmt.Sprint(i))})
+	}
+	for range 30 {
+		pub.Expect(packet.PUBACK, nil)
+	}
+	if d := srv.Stats().DroppedQueueFull; d != 19 {
+		t.Fatalf("dropped %d, want 19 (30 less 1 in flight and 10 queued)", d)
+	}
+	var p packet.Publish
+	slow.Expect(packet.PUBLISH, &p)
+	if string(p.Payload) != "0" {
+		t.Fatalf("first delivery %q", p.Payload)
+	}
+}

@@ -145,6 +145,12 @@ type SharedSubscriptions struct {
 	// or prefer_local.
 	Strategy string `yaml:"strategy"`
 
+	// Overload is what a group does when its workers cannot keep up:
+	// backpressure (the default: publishers' acknowledgements are held
+	// while a member's queue is full, so nothing acknowledged is dropped) or
+	// drop_oldest (the oldest queued message goes, counted).
+	Overload string `yaml:"overload"`
+
 	// Groups are per-group policies. A group takes the first entry whose
 	// Name pattern matches its share name.
 	Groups []ShareGroup `yaml:"groups"`
@@ -160,6 +166,9 @@ type ShareGroup struct {
 
 	// Strategy overrides SharedSubscriptions.Strategy for these groups.
 	Strategy string `yaml:"strategy"`
+
+	// Overload overrides SharedSubscriptions.Overload for these groups.
+	Overload string `yaml:"overload"`
 
 	// SkipFullMembers passes over members whose send window is full while
 	// another member has room. Nil means true; false keeps strict rotation.
@@ -228,7 +237,7 @@ func Default() *Config {
 			SharedSubscriptions:     new(true),
 		},
 		HTTP:                HTTP{Listen: new(DefaultHTTPListen)},
-		SharedSubscriptions: SharedSubscriptions{Strategy: DefaultStrategy},
+		SharedSubscriptions: SharedSubscriptions{Strategy: DefaultStrategy, Overload: broker.OverloadBackpressure},
 		Storage:             Storage{Sync: DefaultSync, BatchInterval: DefaultBatchInterval},
 	}
 }
@@ -271,6 +280,7 @@ func (c *Config) WithDefaults() *Config {
 
 	s := &o.SharedSubscriptions
 	setString(&s.Strategy, d.SharedSubscriptions.Strategy)
+	setString(&s.Overload, d.SharedSubscriptions.Overload)
 	if s.Groups != nil {
 		s.Groups = append([]ShareGroup(nil), s.Groups...)
 		for i := range s.Groups {
@@ -350,7 +360,7 @@ func (c *Config) BrokerOptions() broker.Options {
 		DisableWildcardSubs: !*m.WildcardSubscriptions,
 		DisableSubIDs:       !*m.SubscriptionIdentifiers,
 		DisableSharedSubs:   !*m.SharedSubscriptions,
-		Shares:              broker.ShareOptions{Strategy: e.SharedSubscriptions.Strategy},
+		Shares:              broker.ShareOptions{Strategy: e.SharedSubscriptions.Strategy, Overload: e.SharedSubscriptions.Overload},
 	}
 	if o.TopicAliasMaximum == 0 {
 		// In the file 0 means "no topic aliases", as on the wire; in
@@ -361,6 +371,7 @@ func (c *Config) BrokerOptions() broker.Options {
 		o.Shares.Groups = append(o.Shares.Groups, broker.GroupPolicy{
 			Name:                   g.Name,
 			Strategy:               g.Strategy,
+			Overload:               g.Overload,
 			StrictRotation:         !*g.SkipFullMembers,
 			RedispatchOnDisconnect: g.RedispatchOnDisconnect,
 			AllowedClients:         g.AllowedClients,

@@ -170,6 +170,12 @@ func TestValidateErrors(t *testing.T) {
 			want: `linemq.yaml:12: shared_subscriptions.groups[0].strategy: unknown strategy "fastest" (valid: round_robin, random, sticky, hash_clientid, hash_topic, prefer_local)`,
 		},
 		{
+			name: "unknown overload mode",
+			yaml: lines("shared_subscriptions:", "  overload: block", "  groups:", "    - name: g", "      overload: drop_newest"),
+			want: `linemq.yaml:2: shared_subscriptions.overload: unknown value "block" (valid: backpressure, drop_oldest)` + "\n" +
+				`linemq.yaml:5: shared_subscriptions.groups[0].overload: unknown value "drop_newest" (valid: backpressure, drop_oldest)`,
+		},
+		{
 			name: "unknown default strategy",
 			yaml: lines("shared_subscriptions:", "  strategy: RoundRobin"),
 			want: `linemq.yaml:2: shared_subscriptions.strategy: unknown strategy "RoundRobin" (valid: round_robin, random, sticky, hash_clientid, hash_topic, prefer_local)`,
@@ -502,7 +508,7 @@ func TestDefaults(t *testing.T) {
 		MaxClientIDLength: 256,
 		ConnectTimeout:    10 * time.Second,
 		WriteTimeout:      30 * time.Second,
-		Shares:            broker.ShareOptions{Strategy: "round_robin"},
+		Shares:            broker.ShareOptions{Strategy: "round_robin", Overload: "backpressure"},
 	}
 	for name, c := range map[string]*Config{"zero": {}, "Default": def} {
 		if got := c.BrokerOptions(); !reflect.DeepEqual(got, want) {
@@ -586,6 +592,7 @@ func TestValues(t *testing.T) {
 		DisableSharedSubs:   true,
 		Shares: broker.ShareOptions{
 			Strategy: "random",
+			Overload: "backpressure",
 			Groups: []broker.GroupPolicy{
 				{
 					Name: "hist-*", Strategy: "hash_topic", StrictRotation: true, RedispatchOnDisconnect: true,

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/share"
 )
 
@@ -60,6 +61,7 @@ func (c *Config) Validate() error {
 
 	s := &e.SharedSubscriptions
 	v.strategy("shared_subscriptions.strategy", s.Strategy)
+	v.overload("shared_subscriptions.overload", s.Overload)
 	first := make(map[string]int) // group name pattern -> index of its first entry
 	for i, g := range c.SharedSubscriptions.Groups {
 		// The raw entry, not e's: an unset strategy inherits the global
@@ -74,6 +76,7 @@ func (c *Config) Validate() error {
 		if g.Strategy != "" {
 			v.strategy(key+".strategy", g.Strategy)
 		}
+		v.overload(key+".overload", g.Overload)
 		for j, p := range g.AllowedClients {
 			v.pattern(fmt.Sprintf("%s.allowed_clients[%d]", key, j), p)
 		}
@@ -159,6 +162,14 @@ func (v *validator) addr(key, a string) {
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		v.fail(key, fmt.Errorf("invalid port %q in %q (need 0..65535)", port, a))
+	}
+}
+
+func (v *validator) overload(key, s string) {
+	switch s {
+	case "", broker.OverloadBackpressure, broker.OverloadDropOldest:
+	default:
+		v.fail(key, fmt.Errorf("unknown value %q (valid: %s, %s)", s, broker.OverloadBackpressure, broker.OverloadDropOldest))
 	}
 }
 
