@@ -152,10 +152,12 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 
 	rc := packet.Success
 	var wait *session
-	if !opts.Auth.CanPublish(c.info, string(name)) {
+	// The message is made before the authorisation check so that the check
+	// gets its topic as a string without another allocation.
+	m := newMessage(p, name, c.clientID, c.srv.clock.Now())
+	if !opts.Auth.CanPublish(c.info, m.Topic) {
 		rc = packet.NotAuthorized
 	} else {
-		m := newMessage(p, name, c.clientID, c.srv.clock.Now())
 		if p.Retain {
 			c.srv.retain(m)
 		}
