@@ -222,6 +222,7 @@ func (srv *Server) flushDelayedWills() {
 			stopTimer(&sess.willTimer)
 			due = append(due, sess.pendingWill)
 			sess.pendingWill = nil
+			sess.saveLocked() // so that a restart does not publish it again
 		}
 		stopTimer(&sess.expiryTimer)
 		sess.mu.Unlock()

@@ -9,7 +9,9 @@ import (
 
 // Message is one application message as the broker routes it: immutable
 // once made and shared by every session it is delivered to, so that a
-// publish to a thousand subscribers copies its payload once.
+// publish to a thousand subscribers copies its payload once. Make one with
+// NewMessage (or UnmarshalMessage); a Message literal lacks the internal
+// fields the encoder uses.
 type Message struct {
 	Topic   string
 	Payload []byte

@@ -34,7 +34,13 @@ func (m *Message) AppendBinary(dst []byte) []byte {
 	}
 	dst = binary.AppendUvarint(dst, m.props)
 	dst = append(dst, m.PayloadFormat)
-	for _, b := range [][]byte{m.topicBytes, m.originBytes, m.Payload, m.ContentType, m.ResponseTopic, m.CorrelationData} {
+	// Topic and Origin are written from the strings, so a Message built as
+	// a literal (without NewMessage) stores the same way.
+	for _, s := range [...]string{m.Topic, m.Origin} {
+		dst = binary.AppendUvarint(dst, uint64(len(s)))
+		dst = append(dst, s...)
+	}
+	for _, b := range [...][]byte{m.Payload, m.ContentType, m.ResponseTopic, m.CorrelationData} {
 		dst = binary.AppendUvarint(dst, uint64(len(b)))
 		dst = append(dst, b...)
 	}

@@ -97,9 +97,7 @@ func (c *conn) handleSubscribe(body []byte) error {
 		}
 	}
 	c.reasons = reasons
-	c.sess.mu.Lock()
-	c.sess.saveLocked()
-	c.sess.mu.Unlock()
+	c.saveSubscriptions()
 	ack := packet.Suback{PacketID: p.PacketID, Reasons: reasons}
 	c.scratch = ack.Append(c.scratch[:0], c.version)
 	c.writeBytes(c.scratch)
@@ -140,13 +138,25 @@ func (c *conn) handleUnsubscribe(body []byte) error {
 		reasons = append(reasons, packet.Success)
 	}
 	c.reasons = reasons
-	c.sess.mu.Lock()
-	c.sess.saveLocked()
-	c.sess.mu.Unlock()
+	c.saveSubscriptions()
 	ack := packet.Unsuback{PacketID: p.PacketID, Reasons: reasons}
 	c.scratch = ack.Append(c.scratch[:0], c.version)
 	c.writeBytes(c.scratch)
 	return nil
+}
+
+// saveSubscriptions records a persistent session's subscriptions and waits
+// for them to be durable before the SUBACK or UNSUBACK says they are in
+// place.
+func (c *conn) saveSubscriptions() {
+	s := c.sess
+	s.mu.Lock()
+	s.saveLocked()
+	persistent := s.persistentLocked()
+	s.mu.Unlock()
+	if persistent {
+		c.srv.syncStore() // a failure is logged and counted; the subscription stands in memory
+	}
 }
 
 // subscribe installs sub for its session, replacing a subscription to the

@@ -35,7 +35,11 @@ import (
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/gateway/config"
+	"github.com/linemq/linemq/storage/bolt"
 )
+
+// DBFile is the name of the persistence file inside the data directory.
+const DBFile = "linemq.db"
 
 // ShutdownTimeout bounds how long Close waits for clients to go after being
 // told the server is shutting down; the rest are then disconnected.
@@ -57,8 +61,9 @@ type Options struct {
 type Gateway struct {
 	cfg  *config.Config // with defaults filled in
 	log  *slog.Logger
-	srv  *broker.Server
-	mqtt net.Listener // nil when disabled
+	srv   *broker.Server
+	store *bolt.Store
+	mqtt  net.Listener // nil when disabled
 
 	serving sync.WaitGroup // one per Serve goroutine
 
@@ -94,19 +99,31 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		dataDir = cfg.DataDir // only used in a log line
 	}
 
-	bo := cfg.BrokerOptions()
-	bo.Logger = log.With("component", "broker")
-	srv, err := broker.New(bo)
+	mode, _ := bolt.ParseSyncMode(cfg.Storage.Sync) // validated above
+	store, err := bolt.Open(filepath.Join(cfg.DataDir, DBFile), &bolt.Options{
+		Sync:          mode,
+		BatchInterval: cfg.Storage.BatchInterval,
+		Logger:        log.With("component", "storage"),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: log, srv: srv, stopped: make(chan struct{})}
+	bo := cfg.BrokerOptions()
+	bo.Logger = log.With("component", "broker")
+	bo.Store = store
+	srv, err := broker.New(bo)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	g := &Gateway{cfg: cfg, log: log, srv: srv, store: store, stopped: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			// Unwind: nothing has been served yet, so closing the
-			// listeners and the broker is all there is to undo.
+			// listeners, the broker and the store is all there is to undo.
 			g.closeListeners()
 			srv.Close()
+			store.Close()
 		}
 	}()
 
@@ -206,6 +223,14 @@ func (g *Gateway) stop(cause error) {
 		// already failed is no longer among them.
 		g.closeListeners()
 		g.serving.Wait()
+		// The store goes last: the broker's shutdown (wills, session
+		// records) writes to it.
+		if err := g.store.Close(); err != nil {
+			g.log.Error("closing the store lost writes", "err", err)
+			if cause == nil {
+				cause = fmt.Errorf("gateway: closing the store: %w", err)
+			}
+		}
 		g.err = cause
 		g.log.Info("gateway stopped", "took", time.Since(start).Round(time.Millisecond))
 		close(g.stopped)

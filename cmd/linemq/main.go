@@ -6,6 +6,7 @@
 //	linemq [-config FILE] [-mqtt-listen ADDR] [-http-listen ADDR]
 //	       [-data-dir DIR] [-node-id NAME] [-log-level LEVEL]
 //	linemq -version
+//	linemq db check|compact [-data-dir DIR] [FILE]
 //
 // Without -config it runs on the built-in defaults. Flags given on the
 // command line override the configuration file; flags left out do not, so
@@ -60,6 +61,9 @@ func main() {
 
 // run is the whole program; it returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "db" {
+		return runDB(args[1:], stdout, stderr)
+	}
 	fs, configFile, showVersion := newFlagSet(stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
