@@ -59,8 +59,8 @@ type Options struct {
 // Gateway is a running gateway, made by Start. Its methods may be called
 // concurrently.
 type Gateway struct {
-	cfg  *config.Config // with defaults filled in
-	log  *slog.Logger
+	cfg   *config.Config // with defaults filled in
+	log   *slog.Logger
 	srv   *broker.Server
 	store *bolt.Store
 	mqtt  net.Listener // nil when disabled
