@@ -57,9 +57,7 @@ func (s *session) saveMsgLocked(d *delivery) {
 		Seq: d.seq, Message: d.msg, QoS: d.qos, Retain: d.retain, Sent: d.sent, Released: d.released,
 		SubIDs: d.subIDs.appendTo(nil),
 	}
-	if d.sent || d.released || s.inflight[d.pid].seq == d.seq {
-		rec.PacketID = d.pid
-	}
+	rec.PacketID = d.pid // 0 while queued
 	if d.group != nil {
 		rec.GroupName, rec.GroupFilter = d.group.key.name, d.group.key.filter
 	}

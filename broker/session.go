@@ -135,8 +135,8 @@ func (s *session) deliver(m *Message, qos byte, retain bool, ids *subIDs, g *sha
 		return deliverResult{conn: s.conn, ok: true, persisted: persisted}
 	}
 	soft := g != nil && g.backpressure
+	s.saveMsgLocked(&d) // before the queue takes its copy, which must know it is stored
 	s.enqueueSoftLocked(d, soft)
-	s.saveMsgLocked(&d)
 	res := deliverResult{ok: true, persisted: persisted}
 	if soft && s.queue.len() >= s.srv.opts.MaxQueuedMessages {
 		res.congested = s
@@ -216,11 +216,11 @@ func (s *session) sendNewLocked(d delivery, now time.Time) {
 	switch s.sendLocked(&d, d.pid, now) {
 	case written:
 		d.sent = true
+		s.saveMsgLocked(&d) // before the map takes its copy, which must know it is stored
 		s.inflight[d.pid] = d
-		s.saveMsgLocked(&d)
 	case busy:
-		s.inflight[d.pid] = d
 		s.saveMsgLocked(&d)
+		s.inflight[d.pid] = d
 	case tooLarge:
 		s.dropped++
 		s.srv.stats.droppedTooLarge.Add(1)
@@ -294,8 +294,8 @@ func (s *session) pubrec(pid uint16, reason packet.ReasonCode) {
 		return
 	}
 	d.released = true
-	s.inflight[pid] = d
 	s.saveMsgLocked(&d)
+	s.inflight[pid] = d
 	if c != nil {
 		c.writeAck(packet.PUBREL, pid, packet.Success)
 	}

@@ -1,0 +1,348 @@
+package main
+
+import (
+	binenc "encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/linemq/linemq/broker/packet"
+)
+
+// crashTracker records, per subscriber, the sequence numbers received.
+type crashTracker struct {
+	mu   sync.Mutex
+	seen map[uint64]int
+}
+
+func (c *crashTracker) add(seq uint64) {
+	c.mu.Lock()
+	c.seen[seq]++
+	c.mu.Unlock()
+}
+
+func (c *crashTracker) missing(acked []uint64) (missing int, dups int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range acked {
+		if c.seen[s] == 0 {
+			missing++
+		}
+	}
+	for _, n := range c.seen {
+		if n > 1 {
+			dups += n - 1
+		}
+	}
+	return missing, dups
+}
+
+// mqttConn is a minimal v5 client over one TCP connection, for a process
+// that may die at any moment.
+type mqttConn struct {
+	nc  net.Conn
+	buf []byte
+}
+
+func dialMQTT(addr, id string, clean bool) (*mqttConn, bool, error) {
+	nc, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return nil, false, err
+	}
+	c := &mqttConn{nc: nc}
+	cp := packet.Connect{ProtocolName: []byte("MQTT"), Version: packet.V5, ClientID: []byte(id), CleanStart: clean}
+	cp.Props.Set(packet.PropSessionExpiry)
+	cp.Props.SessionExpiry = 3600
+	if err := c.write(cp.Append(nil)); err != nil {
+		nc.Close()
+		return nil, false, err
+	}
+	h, body, err := c.read(5 * time.Second)
+	if err != nil || h.Type != packet.CONNACK {
+		nc.Close()
+		return nil, false, fmt.Errorf("no CONNACK: %v", err)
+	}
+	var ca packet.Connack
+	if err := ca.Decode(packet.V5, body); err != nil || ca.Reason != packet.Success {
+		nc.Close()
+		return nil, false, fmt.Errorf("CONNACK %v %v", ca.Reason, err)
+	}
+	return c, ca.SessionPresent, nil
+}
+
+func (c *mqttConn) write(b []byte) error {
+	c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_, err := c.nc.Write(b)
+	return err
+}
+
+func (c *mqttConn) read(timeout time.Duration) (packet.FixedHeader, []byte, error) {
+	c.nc.SetReadDeadline(time.Now().Add(timeout))
+	tmp := make([]byte, 4096)
+	for {
+		h, hl, err := packet.ReadFrame(c.buf, 0)
+		if err != nil {
+			return h, nil, err
+		}
+		if hl > 0 && len(c.buf) >= hl+h.Remaining {
+			body := append([]byte(nil), c.buf[hl:hl+h.Remaining]...)
+			c.buf = c.buf[hl+h.Remaining:]
+			return h, body, nil
+		}
+		n, err := c.nc.Read(tmp)
+		c.buf = append(c.buf, tmp[:n]...)
+		if err != nil && n == 0 {
+			return h, nil, err
+		}
+	}
+}
+
+// TestCrashRecovery is the persistence acceptance test: a real linemq
+// process is killed with SIGKILL several times while QoS 1 publishers send
+// to persistent-session subscribers (one of them offline the whole time),
+// and restarted on the same data directory. In sync modes always and batch,
+// every message whose PUBACK reached its publisher must reach every
+// subscriber at least once; the retained message and the subscriptions
+// must survive.
+func TestCrashRecovery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test skipped in -short mode")
+	}
+	for _, mode := range []string{"always", "batch"} {
+		t.Run(mode, func(t *testing.T) { crashRecovery(t, mode) })
+	}
+}
+
+func crashRecovery(t *testing.T, mode string) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "linemq.yaml")
+	writeFile(t, cfg, fmt.Sprintf("storage:\n  sync: %s\nmqtt:\n  max_queued_messages: 100000\n", mode))
+	// One port for every restart, chosen by the OS, so that clients find
+	// the broker again.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	args := []string{"-config", cfg, "-mqtt-listen", addr, "-http-listen", "", "-data-dir", filepath.Join(dir, "data")}
+	var d *daemon
+	startBroker := func() {
+		d = start(t, args...)
+		d.waitLine(t, listening, 10*time.Second)
+	}
+	startBroker()
+
+	// Set up: a retained message and three persistent subscribers; "away"
+	// subscribes and leaves, to come back only at the end.
+	c, _, err := dialMQTT(addr, "setup", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ret := packet.Publish{Topic: []byte("crash/config"), QoS: 1, PacketID: 1, Retain: true, Payload: []byte("retained-v1")}
+	c.write(ret.Append(nil, packet.V5))
+	if h, _, err := c.read(5 * time.Second); err != nil || h.Type != packet.PUBACK {
+		t.Fatalf("retained publish: %v %v", h.Type, err)
+	}
+	c.nc.Close()
+	subscribe := func(id string) {
+		c, _, err := dialMQTT(addr, id, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("crash/data/#"), QoS: 1}}}
+		c.write(s.Append(nil, packet.V5))
+		if h, _, err := c.read(5 * time.Second); err != nil || h.Type != packet.SUBACK {
+			t.Fatalf("subscribe %s: %v %v", id, h.Type, err)
+		}
+		c.nc.Close()
+	}
+	names := []string{"online-1", "online-2", "away"}
+	trackers := map[string]*crashTracker{}
+	for _, n := range names {
+		subscribe(n)
+		trackers[n] = &crashTracker{seen: map[uint64]int{}}
+	}
+
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	receive := func(id string) {
+		defer wg.Done()
+		tr := trackers[id]
+		for !stop.Load() {
+			c, _, err := dialMQTT(addr, id, false)
+			if err != nil {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			for {
+				h, body, err := c.read(200 * time.Millisecond)
+				if err != nil {
+					var ne net.Error
+					if errAs(err, &ne) && ne.Timeout() && !stop.Load() {
+						continue
+					}
+					break
+				}
+				if h.Type != packet.PUBLISH {
+					continue
+				}
+				var p packet.Publish
+				if p.Decode(packet.V5, h.Flags, body) != nil {
+					break
+				}
+				tr.add(binenc.BigEndian.Uint64(p.Payload))
+				if c.write((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5)) != nil {
+					break
+				}
+			}
+			c.nc.Close()
+		}
+	}
+	for _, n := range names[:2] {
+		wg.Add(1)
+		go receive(n)
+	}
+
+	var ackedMu sync.Mutex
+	var acked []uint64
+	var pubWG sync.WaitGroup
+	publish := func(p int) {
+		defer pubWG.Done()
+		next := uint64(p) << 32
+		for !stop.Load() {
+			c, _, err := dialMQTT(addr, fmt.Sprint("pub-", p), true)
+			if err != nil {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			for !stop.Load() {
+				payload := binenc.BigEndian.AppendUint64(nil, next)
+				m := packet.Publish{Topic: []byte(fmt.Sprintf("crash/data/%d", p)), QoS: 1, PacketID: uint16(next%60000) + 1, Payload: payload}
+				if c.write(m.Append(nil, packet.V5)) != nil {
+					break
+				}
+				h, body, err := c.read(5 * time.Second)
+				if err != nil {
+					break
+				}
+				var a packet.Ack
+				if h.Type == packet.PUBACK && a.Decode(packet.V5, h.Type, body) == nil && !a.Reason.IsError() {
+					ackedMu.Lock()
+					acked = append(acked, next)
+					ackedMu.Unlock()
+				}
+				next++
+			}
+			c.nc.Close()
+		}
+	}
+	for p := range 2 {
+		pubWG.Add(1)
+		go publish(p)
+	}
+
+	const kills = 3
+	ackedAt := func() int { ackedMu.Lock(); defer ackedMu.Unlock(); return len(acked) }
+	for range kills {
+		// Let some traffic through, then pull the plug mid-stream.
+		target := ackedAt() + 300
+		deadline := time.Now().Add(20 * time.Second)
+		for ackedAt() < target && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		d.cmd.Process.Signal(syscall.SIGKILL)
+		<-d.exited
+		startBroker()
+	}
+	target := ackedAt() + 300
+	deadline := time.Now().Add(20 * time.Second)
+	for ackedAt() < target && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop.Store(true)
+	pubWG.Wait()
+	wg.Wait()
+	stop.Store(false)
+
+	// Everyone comes back, the offline one for the first time since it
+	// subscribed: without subscribing again.
+	for _, n := range names {
+		wg.Add(1)
+		go receive(n)
+	}
+	ackedMu.Lock()
+	all := append([]uint64(nil), acked...)
+	ackedMu.Unlock()
+	if len(all) < 4*300 {
+		t.Fatalf("only %d messages acknowledged: the test did not exercise the broker", len(all))
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		done := true
+		for _, n := range names {
+			if m, _ := trackers[n].missing(all); m > 0 {
+				done = false
+			}
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, n := range names {
+				m, _ := trackers[n].missing(all)
+				t.Errorf("%s: %d of %d acknowledged messages never arrived", n, m, len(all))
+			}
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	for _, n := range names {
+		_, dups := trackers[n].missing(all)
+		t.Logf("%s mode, %s: %d acknowledged messages, %d kills, %d duplicates", mode, n, len(all), kills, dups)
+		if dups > len(all) {
+			t.Errorf("%s: %d duplicates for %d messages", n, dups, len(all))
+		}
+	}
+
+	// The retained message survived every crash.
+	c, _, err = dialMQTT(addr, "late", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.nc.Close()
+	s := packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("crash/config"), QoS: 1}}}
+	c.write(s.Append(nil, packet.V5))
+	for {
+		h, body, err := c.read(5 * time.Second)
+		if err != nil {
+			t.Fatalf("no retained message after the crashes: %v", err)
+		}
+		if h.Type == packet.PUBLISH {
+			var p packet.Publish
+			p.Decode(packet.V5, h.Flags, body)
+			if string(p.Payload) != "retained-v1" || !p.Retain {
+				t.Fatalf("retained message %q retain=%v", p.Payload, p.Retain)
+			}
+			break
+		}
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.exitCode(t, 10*time.Second); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "linemq.db")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func errAs(err error, target any) bool { return errors.As(err, target) }
