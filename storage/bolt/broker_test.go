@@ -1,0 +1,272 @@
+package bolt_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/broker/brokertest"
+	"github.com/linemq/linemq/broker/packet"
+	"github.com/linemq/linemq/storage/bolt"
+)
+
+// node is a broker on a bbolt file that a test can stop and start again on
+// the same file, as a restart of the daemon would.
+type node struct {
+	t     *testing.T
+	path  string
+	opts  broker.Options
+	bopts bolt.Options
+	store *bolt.Store
+	srv   *broker.Server
+	addr  string
+	done  chan struct{}
+}
+
+func newNode(t *testing.T, opts broker.Options, bopts bolt.Options) *node {
+	n := &node{t: t, path: filepath.Join(t.TempDir(), "linemq.db"), opts: opts, bopts: bopts}
+	n.start()
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *node) start() {
+	n.t.Helper()
+	st, err := bolt.Open(n.path, &n.bopts)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	o := n.opts
+	o.Store = st
+	srv, err := broker.New(o)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.store, n.srv, n.addr, n.done = st, srv, l.Addr().String(), make(chan struct{})
+	go func() {
+		defer close(n.done)
+		srv.Serve(l)
+	}()
+}
+
+func (n *node) stop() {
+	if n.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n.srv.Shutdown(ctx)
+	<-n.done
+	if err := n.store.Close(); err != nil {
+		n.t.Errorf("store close: %v", err)
+	}
+	n.srv = nil
+}
+
+func (n *node) restart() { n.stop(); n.start() }
+
+func v5(id string, clean bool, expiry uint32) *packet.Connect {
+	c := &packet.Connect{Version: packet.V5, ClientID: []byte(id), CleanStart: clean}
+	c.Props.Set(packet.PropSessionExpiry)
+	c.Props.SessionExpiry = expiry
+	return c
+}
+
+// TestRestoreEachStoredItem stops and restarts a broker on its file and
+// checks every kind of state comes back: the session with its subscription
+// options and identifier, queued messages in order, an unacknowledged QoS 1
+// message resent with DUP and its packet id, a QoS 2 message past PUBREC
+// resent as PUBREL, an inbound QoS 2 packet id still unreleased, and
+// retained messages.
+func TestRestoreEachStoredItem(t *testing.T) {
+	n := newNode(t, broker.Options{}, bolt.Options{Sync: bolt.SyncBatch})
+	sub, _ := brokertest.Connect(t, n.addr, v5("sub", true, 3600))
+	s := &packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("r/#"), QoS: 2, RetainAsPublished: true}}}
+	s.Props.SubscriptionIDs = []uint32{77}
+	sub.Subscribe(s)
+	pub, _ := brokertest.Connect(t, n.addr, v5("pub", true, 3600))
+	send := func(topic string, qos byte, pid uint16, payload string, retain bool) {
+		pub.Publish(&packet.Publish{Topic: []byte(topic), QoS: qos, PacketID: pid, Payload: []byte(payload), Retain: retain})
+		if qos == 1 {
+			pub.Expect(packet.PUBACK, nil)
+		} else {
+			pub.Expect(packet.PUBREC, nil)
+		}
+	}
+	send("r/1", 1, 1, "in flight", false)
+	send("r/2", 2, 2, "released", false)
+	var p1, p2 packet.Publish
+	sub.Expect(packet.PUBLISH, &p1)
+	sub.Expect(packet.PUBLISH, &p2)
+	sub.Send((&packet.Ack{Type: packet.PUBREC, PacketID: p2.PacketID}).Append(nil, packet.V5))
+	sub.Expect(packet.PUBREL, nil)
+	sub.Conn.Close()
+	brokertest.Eventually(t, 5*time.Second, "sub offline", func() bool { return n.srv.Stats().ClientsConnected == 1 })
+	for i := range 3 {
+		send("r/q", 1, uint16(10+i), fmt.Sprint("queued-", i), false)
+	}
+	send("r/retained", 1, 20, "kept", true)
+	// The publisher leaves a QoS 2 message unreleased.
+	pub.Publish(&packet.Publish{Topic: []byte("x"), QoS: 2, PacketID: 99, Payload: []byte("once")})
+	pub.Expect(packet.PUBREC, nil)
+
+	n.restart()
+
+	sub, ca := brokertest.Connect(t, n.addr, v5("sub", false, 3600))
+	if !ca.SessionPresent {
+		t.Fatal("session not restored")
+	}
+	var got packet.Publish
+	sub.Expect(packet.PUBLISH, &got)
+	if !got.Dup || got.PacketID != p1.PacketID || string(got.Payload) != "in flight" {
+		t.Fatalf("in-flight QoS 1: %+v, want DUP resend of packet %d", got, p1.PacketID)
+	}
+	var rel packet.Ack
+	sub.Expect(packet.PUBREL, &rel)
+	if rel.PacketID != p2.PacketID {
+		t.Fatalf("PUBREL for %d, want %d", rel.PacketID, p2.PacketID)
+	}
+	for i := range 3 {
+		sub.Expect(packet.PUBLISH, &got)
+		if string(got.Payload) != fmt.Sprint("queued-", i) || got.QoS != 1 ||
+			len(got.Props.SubscriptionIDs) != 1 || got.Props.SubscriptionIDs[0] != 77 {
+			t.Fatalf("queued message %d: %q qos %d ids %v", i, got.Payload, got.QoS, got.Props.SubscriptionIDs)
+		}
+	}
+	// The retained message went to the live subscription with RETAIN kept
+	// (Retain As Published survived the restart too).
+	sub.Expect(packet.PUBLISH, &got)
+	if string(got.Payload) != "kept" || !got.Retain {
+		t.Fatalf("retained live delivery %q retain=%v", got.Payload, got.Retain)
+	}
+	// The unreleased inbound id: a resend is acknowledged, not delivered again.
+	pub, _ = brokertest.Connect(t, n.addr, v5("pub", false, 3600))
+	watch, _ := brokertest.Connect(t, n.addr, v5("watch", true, 0))
+	watch.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("x"), QoS: 2}}})
+	pub.Publish(&packet.Publish{Topic: []byte("x"), QoS: 2, PacketID: 99, Dup: true, Payload: []byte("once")})
+	pub.Expect(packet.PUBREC, nil)
+	watch.ExpectNothing(200 * time.Millisecond)
+	pub.Send((&packet.Ack{Type: packet.PUBREL, PacketID: 99}).Append(nil, packet.V5))
+	var comp packet.Ack
+	pub.Expect(packet.PUBCOMP, &comp)
+	if comp.Reason != packet.Success {
+		t.Fatalf("PUBCOMP %v: the inbound id was not restored", comp.Reason)
+	}
+	// Retained for a new subscriber.
+	late, _ := brokertest.Connect(t, n.addr, v5("late", true, 0))
+	late.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("r/retained")}}})
+	late.Expect(packet.PUBLISH, &got)
+	if string(got.Payload) != "kept" {
+		t.Fatalf("retained after restart: %q", got.Payload)
+	}
+}
+
+// TestExpiryAcrossRestart: a session's expiry keeps counting while the
+// broker is down, and a message's expiry likewise.
+func TestExpiryAcrossRestart(t *testing.T) {
+	clock := brokertest.NewFakeClock()
+	n := newNode(t, broker.Options{Clock: clock}, bolt.Options{})
+	for _, id := range []string{"short", "long"} {
+		exp := uint32(30)
+		if id == "long" {
+			exp = 3600
+		}
+		c, _ := brokertest.Connect(t, n.addr, v5(id, true, exp))
+		c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("e"), QoS: 1}}})
+		c.Conn.Close()
+	}
+	brokertest.Eventually(t, 5*time.Second, "offline", func() bool { return n.srv.Stats().ClientsConnected == 0 })
+	pub, _ := brokertest.Connect(t, n.addr, v5("pub", true, 0))
+	p := &packet.Publish{Topic: []byte("e"), QoS: 1, PacketID: 1, Payload: []byte("stale")}
+	p.Props.Set(packet.PropMessageExpiry)
+	p.Props.MessageExpiry = 20
+	pub.Publish(p)
+	pub.Expect(packet.PUBACK, nil)
+	p = &packet.Publish{Topic: []byte("e"), QoS: 1, PacketID: 2, Payload: []byte("fresh")}
+	pub.Publish(p)
+	pub.Expect(packet.PUBACK, nil)
+	n.stop()
+	clock.Advance(time.Minute) // the broker is down for a minute
+	n.start()
+	if s := n.srv.Stats().Sessions; s != 1 {
+		t.Fatalf("%d sessions after restart, want 1 (the 30 s one expired while down)", s)
+	}
+	c, ca := brokertest.Connect(t, n.addr, v5("long", false, 3600))
+	if !ca.SessionPresent {
+		t.Fatal("long session lost")
+	}
+	var got packet.Publish
+	c.Expect(packet.PUBLISH, &got)
+	if string(got.Payload) != "fresh" {
+		t.Fatalf("got %q; the expired message should be gone", got.Payload)
+	}
+	c.ExpectNothing(100 * time.Millisecond)
+}
+
+// TestFullDisk turns a store that cannot grow into refused publishes
+// (PUBACK 0x97 for v5, a disconnect for 3.1.1) and recovers once there is
+// room again, losing nothing it acknowledged.
+func TestFullDisk(t *testing.T) {
+	n := newNode(t, broker.Options{}, bolt.Options{Sync: bolt.SyncAlways, MaxSize: 256 << 10})
+	sub, _ := brokertest.Connect(t, n.addr, v5("sub", true, 3600))
+	sub.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("big"), QoS: 1}}})
+	sub.Conn.Close()
+	brokertest.Eventually(t, 5*time.Second, "offline", func() bool { return n.srv.Stats().ClientsConnected == 0 })
+	pub, _ := brokertest.Connect(t, n.addr, v5("pub", true, 0))
+	payload := make([]byte, 16<<10)
+	var acked []uint16
+	refused := false
+	for i := 1; i <= 40 && !refused; i++ {
+		pub.Publish(&packet.Publish{Topic: []byte("big"), QoS: 1, PacketID: uint16(i), Payload: payload})
+		var a packet.Ack
+		pub.Expect(packet.PUBACK, &a)
+		switch a.Reason {
+		case packet.Success:
+			acked = append(acked, uint16(i))
+		case packet.QuotaExceeded:
+			refused = true
+		default:
+			t.Fatalf("PUBACK %v", a.Reason)
+		}
+	}
+	if !refused || len(acked) == 0 {
+		t.Fatalf("%d acknowledged, refused=%v: the store never filled up", len(acked), refused)
+	}
+	// 3.1.1 has no negative PUBACK: the publisher is disconnected.
+	v3, _ := brokertest.Connect(t, n.addr, &packet.Connect{Version: packet.V311, ClientID: []byte("v3"), CleanStart: true})
+	v3.Publish(&packet.Publish{Topic: []byte("big"), QoS: 1, PacketID: 1, Payload: payload})
+	v3.ExpectClosed()
+
+	// Room returns: the subscriber drains its queue, which frees pages.
+	sub, _ = brokertest.Connect(t, n.addr, v5("sub", false, 3600))
+	var got packet.Publish
+	received := 0
+	for {
+		h, body, err := sub.Read(time.Second)
+		if err != nil {
+			break
+		}
+		if h.Type == packet.PUBLISH {
+			got.Decode(packet.V5, h.Flags, body)
+			received++
+			sub.Send((&packet.Ack{Type: packet.PUBACK, PacketID: got.PacketID}).Append(nil, packet.V5))
+		}
+	}
+	if received < len(acked) {
+		t.Fatalf("%d of %d acknowledged messages delivered", received, len(acked))
+	}
+	brokertest.Eventually(t, 10*time.Second, "publishes accepted again", func() bool {
+		pub.Publish(&packet.Publish{Topic: []byte("big"), QoS: 1, PacketID: 100, Payload: []byte("small")})
+		var a packet.Ack
+		pub.Expect(packet.PUBACK, &a)
+		return a.Reason == packet.Success
+	})
+}
