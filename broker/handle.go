@@ -160,6 +160,9 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 	} else {
 		if p.Retain {
 			c.srv.retain(m)
+			// A retained message is acknowledged once it is durable too:
+			// it is often a device's configuration.
+			c.needSync = c.needSync || (c.srv.opts.Store != nil && p.QoS > 0)
 		}
 		r := c.router()
 		if n := r.route(c.srv, m, c); n == 0 && v5 {

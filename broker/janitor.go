@@ -30,7 +30,7 @@ func (srv *Server) sweepExpired() {
 	srv.mu.Unlock()
 	for _, s := range sessions {
 		s.mu.Lock()
-		var keep ring
+		keep := ring{total: s.queue.total}
 		for s.queue.len() > 0 {
 			d := s.queue.pop()
 			if d.msg.expired(now) {

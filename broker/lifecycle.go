@@ -194,7 +194,7 @@ func (srv *Server) endSession(sess *session) {
 	// left above) go to the remaining members of their groups.
 	sess.mu.Lock()
 	left := sess.takeUndelivered(nil)
-	sess.queue = ring{}
+	sess.queue.reset()
 	clear(sess.inflight)
 	sess.releaseWaitersLocked(true)
 	sess.mu.Unlock()

@@ -43,6 +43,13 @@ type Options struct {
 	// message is dropped, and counted. Default 1000.
 	MaxQueuedMessages int
 
+	// MaxQueuedTotal bounds the messages queued in all sessions together,
+	// so that many offline sessions cannot exhaust the gateway's memory.
+	// Past it, each session that queues one more message drops one of its
+	// own by the same policy (QoS 0 first, then the oldest). Default 0: no
+	// global bound beyond MaxQueuedMessages per session.
+	MaxQueuedTotal int
+
 	// QueueQoS0 queues QoS 0 messages for offline persistent sessions, within
 	// MaxQueuedMessages; they are kept in memory only. Default false: QoS 0
 	// messages to an offline client are dropped, as in Mosquitto.
@@ -132,7 +139,7 @@ func (o *Options) Validate() error {
 		name string
 		v    int
 	}{{"MaxQueuedMessages", o.MaxQueuedMessages}, {"MaxPendingBytes", o.MaxPendingBytes},
-		{"MaxClientIDLength", o.MaxClientIDLength}} {
+		{"MaxClientIDLength", o.MaxClientIDLength}, {"MaxQueuedTotal", o.MaxQueuedTotal}} {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("broker: %s %d is negative", n.name, n.v))
 		}

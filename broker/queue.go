@@ -1,5 +1,7 @@
 package broker
 
+import "sync/atomic"
+
 // delivery is one message bound for one session: queued while the session
 // is offline or its send window is full, then in flight until acknowledged.
 type delivery struct {
@@ -49,9 +51,23 @@ func (s *subIDs) appendTo(dst []uint32) []uint32 {
 // ring is a FIFO of deliveries on a growable circular buffer, so a session
 // that queues and drains steadily does not allocate.
 type ring struct {
-	buf  []delivery
-	head int
-	n    int
+	buf   []delivery
+	head  int
+	n     int
+	total *atomic.Int64 // the server-wide count of queued messages, or nil
+}
+
+// count adds d to the server-wide total.
+func (r *ring) count(d int) {
+	if r.total != nil {
+		r.total.Add(int64(d))
+	}
+}
+
+// reset empties the ring, keeping its link to the server-wide total.
+func (r *ring) reset() {
+	r.count(-r.n)
+	*r = ring{total: r.total}
 }
 
 func (r *ring) len() int { return r.n }
@@ -66,6 +82,7 @@ func (r *ring) push(d delivery) {
 	}
 	r.buf[(r.head+r.n)%len(r.buf)] = d
 	r.n++
+	r.count(1)
 }
 
 func (r *ring) peek() *delivery { return &r.buf[r.head] }
@@ -75,6 +92,7 @@ func (r *ring) pop() delivery {
 	r.buf[r.head] = delivery{}
 	r.head = (r.head + 1) % len(r.buf)
 	r.n--
+	r.count(-1)
 	if r.n == 0 {
 		r.head = 0
 		// Give a large idle buffer back so a burst does not pin memory.

@@ -36,8 +36,9 @@ type Server struct {
 
 	retained retainedStore
 
-	conns sync.WaitGroup // one per connection goroutine
-	stats counters
+	conns  sync.WaitGroup // one per connection goroutine
+	stats  counters
+	queued atomic.Int64 // messages queued in all sessions, for MaxQueuedTotal
 }
 
 // New returns a Server configured by opts, or the first invalid option.

@@ -59,6 +59,7 @@ func newSession(srv *Server, id string, v packet.Version) *session {
 		subs:     make(map[string]*subscription),
 		inflight: make(map[uint16]delivery),
 		inQoS2:   make(map[uint16]struct{}),
+		queue:    ring{total: &srv.queued},
 	}
 }
 
@@ -176,7 +177,9 @@ func (s *session) enqueueLocked(d delivery) { s.enqueueSoftLocked(d, false) }
 // acknowledgements instead of dropping what was acknowledged, which bounds
 // the queue by the publishers' windows.
 func (s *session) enqueueSoftLocked(d delivery, soft bool) {
-	if limit := s.srv.opts.MaxQueuedMessages; !soft && s.queue.len() >= limit {
+	full := s.queue.len() >= s.srv.opts.MaxQueuedMessages ||
+		(s.srv.opts.MaxQueuedTotal > 0 && s.srv.queued.Load() >= int64(s.srv.opts.MaxQueuedTotal) && s.queue.len() > 0)
+	if !soft && full {
 		victim := 0
 		for i := 0; i < s.queue.len(); i++ {
 			if s.queue.at(i).qos == 0 {
@@ -408,7 +411,7 @@ func (s *session) pending() (queued, inflight int) {
 // [MQTT-4.8.2-5]; the spec binds them to it.
 func (s *session) takeUndelivered(g *shareGroup) []delivery {
 	var out []delivery
-	var keep ring
+	keep := ring{total: s.queue.total}
 	for s.queue.len() > 0 {
 		d := s.queue.pop()
 		if d.group == g || (g == nil && d.group != nil) {

@@ -694,3 +694,30 @@ func TestV5QueueDropsQoS0First(t *testing.T) {
 		t.Fatalf("delivered %v, want [c d e]", got)
 	}
 }
+
+func TestV5GlobalQueueLimit(t *testing.T) {
+	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedTotal: 4})
+	for _, id := range []string{"a", "b"} {
+		c, _ := brokertest.Connect(t, addr, withExpiry(rawV5(id, true), 60))
+		c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("g"), QoS: 1}}})
+		c.Conn.Close()
+	}
+	brokertest.Eventually(t, 5*time.Second, "offline", func() bool { return srv.Stats().ClientsConnected == 0 })
+	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
+	for i := range 4 {
+		pub.pub("g", 1, false, fmt.Sprint(i))
+	}
+	if d := srv.Stats().DroppedQueueFull; d != 4 {
+		t.Fatalf("dropped %d, want 4 (8 deliveries, 4 allowed in all)", d)
+	}
+	for _, id := range []string{"a", "b"} {
+		c, _ := brokertest.Connect(t, addr, withExpiry(rawV5(id, false), 60))
+		for _, want := range []string{"2", "3"} {
+			var p packet.Publish
+			c.Expect(packet.PUBLISH, &p)
+			if string(p.Payload) != want {
+				t.Fatalf("%s got %q, want %q", id, p.Payload, want)
+			}
+		}
+	}
+}

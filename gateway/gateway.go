@@ -232,7 +232,10 @@ func (g *Gateway) stop(cause error) {
 			}
 		}
 		g.err = cause
-		g.log.Info("gateway stopped", "took", time.Since(start).Round(time.Millisecond))
+		st := g.Stats()
+		g.log.Info("gateway stopped", "took", time.Since(start).Round(time.Millisecond),
+			"messages_in", st.Broker.MessagesIn, "disk_bytes", st.Store.PageBytesWritten,
+			"disk_bytes_per_message", int(st.DiskBytesPerMessage))
 		close(g.stopped)
 	})
 }
@@ -258,4 +261,23 @@ func Run(ctx context.Context, opts Options) error {
 	case <-g.Done():
 	}
 	return g.Close()
+}
+
+// Stats is a snapshot of the gateway's parts, for the status page and logs.
+type Stats struct {
+	Broker broker.Stats
+	Store  bolt.Stats
+	// DiskBytesPerMessage is the flash-wear figure: bytes the store wrote to
+	// its file (whole pages, as the card sees them) per message that reached
+	// its publisher's acknowledgement (MessagesIn); 0 before any message.
+	DiskBytesPerMessage float64
+}
+
+// Stats returns a snapshot of the broker's and the store's counters.
+func (g *Gateway) Stats() Stats {
+	s := Stats{Broker: g.srv.Stats(), Store: g.store.Stats()}
+	if s.Broker.MessagesIn > 0 {
+		s.DiskBytesPerMessage = float64(s.Store.PageBytesWritten) / float64(s.Broker.MessagesIn)
+	}
+	return s
 }

@@ -343,3 +343,48 @@ func TestConcurrentClose(t *testing.T) {
 		t.Errorf("Wait = %v", err)
 	}
 }
+
+// TestPersistenceAndWearMetric: a retained message survives a restart of
+// the gateway on its data directory, and the store's writes show up as
+// the bytes-per-message wear figure.
+func TestPersistenceAndWearMetric(t *testing.T) {
+	cfg := testConfig(t)
+	g, err := gateway.Start(t.Context(), gateway.Options{Config: cfg, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := connect(t, g.MQTTAddr(), "pub")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	for i := range 10 {
+		if _, err := pub.Publish(ctx, &paho.Publish{Topic: fmt.Sprint("cfg/", i), QoS: 1, Retain: true, Payload: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	brokertestEventually(t, func() bool { return g.Stats().Store.PageBytesWritten > 0 })
+	if st := g.Stats(); st.DiskBytesPerMessage <= 0 || st.Broker.MessagesIn != 10 {
+		t.Fatalf("wear metric %v with %d messages", st.DiskBytesPerMessage, st.Broker.MessagesIn)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	g, err = gateway.Start(t.Context(), gateway.Options{Config: cfg, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if n := g.Broker().Stats().Retained; n != 10 {
+		t.Fatalf("%d retained messages after restart, want 10", n)
+	}
+}
+
+func brokertestEventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -97,6 +97,10 @@ type MQTT struct {
 	// MaxQueuedMessages bounds each session's queue (0: default 1000).
 	MaxQueuedMessages int `yaml:"max_queued_messages"`
 
+	// MaxQueuedTotal bounds the messages queued in all sessions together
+	// (0: no bound beyond max_queued_messages per session).
+	MaxQueuedTotal int `yaml:"max_queued_total"`
+
 	// QueueQoS0Messages queues QoS 0 messages for offline persistent
 	// sessions too (in memory only). Default false: they are dropped.
 	QueueQoS0Messages bool `yaml:"queue_qos0_messages"`
@@ -351,6 +355,7 @@ func (c *Config) BrokerOptions() broker.Options {
 		MaxKeepAlive:        m.MaxKeepAlive,
 		MaxSessionExpiry:    m.MaxSessionExpiry,
 		MaxQueuedMessages:   m.MaxQueuedMessages,
+		MaxQueuedTotal:      m.MaxQueuedTotal,
 		QueueQoS0:           m.QueueQoS0Messages,
 		MaxPendingBytes:     m.MaxPendingBytes,
 		MaxClientIDLength:   m.MaxClientIDLength,

@@ -53,6 +53,7 @@ func (c *Config) Validate() error {
 	v.seconds("mqtt.max_session_expiry", m.MaxSessionExpiry, maxSessionExpiry)
 	v.nonNegative("mqtt.max_queued_messages", m.MaxQueuedMessages)
 	v.nonNegative("mqtt.max_pending_bytes", m.MaxPendingBytes)
+	v.nonNegative("mqtt.max_queued_total", m.MaxQueuedTotal)
 	v.intRange("mqtt.max_client_id_length", m.MaxClientIDLength, 0, maxClientIDLength)
 	v.nonNegativeDuration("mqtt.connect_timeout", m.ConnectTimeout)
 	v.nonNegativeDuration("mqtt.write_timeout", m.WriteTimeout)
