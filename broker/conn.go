@@ -44,11 +44,8 @@ type conn struct {
 	will        *will  // nil when CONNECT had none
 
 	// Owned by the reader goroutine.
-	pub       packet.Publish
-	ack       packet.Ack
-	sub       packet.Subscribe
-	unsub     packet.Unsubscribe
-	aliasIn   []string
+	sc        *scratch // decode structs, borrowed from the server for one read
+	aliasIn   []string // inbound topic aliases, grown to the highest used
 	r         *router
 	held      []heldAck    // acknowledgements waiting for the Store
 	unackedIn atomic.Int32 // QoS 1 publishes received and not yet acknowledged
@@ -58,9 +55,7 @@ type conn struct {
 	expiryIn  uint32 // Session Expiry Interval after CONNECT, for DISCONNECT rules
 	connected bool   // CONNACK accepting the client was sent
 
-	// Guarded by the session's mu: the outbound PUBLISH scratch and topic
-	// aliases, used only while encoding a delivery.
-	outPub    packet.Publish
+	// Guarded by the session's mu: the outbound topic aliases.
 	aliasOut  map[string]uint16
 	nextAlias uint16
 
@@ -68,12 +63,13 @@ type conn struct {
 	wmu      sync.Mutex
 	out      []byte
 	spare    []byte
-	closing  bool // no more writes; the writer closes nc after flushing
-	refill   bool // a delivery was held back by MaxPendingBytes
-	takeover bool // the session was taken over by another connection
-	cleanTO  bool // ... by one with Clean Start, which ends the old session
-	wsig     chan struct{}
-	wdone    chan struct{}
+	closing  bool          // no more writes; the writer closes nc after flushing
+	refill   bool          // a delivery was held back by MaxPendingBytes
+	takeover bool          // the session was taken over by another connection
+	cleanTO  bool          // ... by one with Clean Start, which ends the old session
+	writing  bool          // a writer goroutine is running
+	wclosed  bool          // the writer closed the socket; wdone is closed
+	wdone    chan struct{} // closed once the socket is closed by the writer
 }
 
 func newConn(srv *Server, nc net.Conn) *conn {
@@ -83,7 +79,6 @@ func newConn(srv *Server, nc net.Conn) *conn {
 		version:     packet.V311,
 		sendMax:     65535,
 		problemInfo: true,
-		wsig:        make(chan struct{}, 1),
 		wdone:       make(chan struct{}),
 	}
 }
@@ -98,7 +93,6 @@ var errConnectTimeout = errors.New("broker: no CONNECT within the connect timeou
 // serve runs the connection from its first byte to its teardown.
 func (c *conn) serve() {
 	defer c.srv.untrack(c)
-	go c.writeLoop()
 	reason, cause := c.readLoop()
 	c.teardown(reason, cause)
 }
@@ -129,7 +123,10 @@ func (c *conn) readLoop() (packet.ReasonCode, error) {
 		n, err := c.nc.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if n > 0 {
+			c.sc = c.srv.scratch.Get().(*scratch)
 			off, rerr := c.frames(buf)
+			c.srv.scratch.Put(c.sc)
+			c.sc = nil
 			if aerr := c.releaseAcks(); rerr == nil {
 				rerr = aerr
 			}
@@ -222,39 +219,61 @@ func (c *conn) flush() {
 	c.signal()
 }
 
+// signal makes sure a writer goroutine is running while the connection
+// has bytes to write (or has to be closed). The writer exists only while
+// there is work: an idle connection costs one goroutine, not two, and holds
+// no output buffer.
 func (c *conn) signal() {
-	select {
-	case c.wsig <- struct{}{}:
-	default:
+	c.wmu.Lock()
+	start := !c.writing && !c.wclosed && (len(c.out) > 0 || c.closing)
+	if start {
+		c.writing = true
+	}
+	c.wmu.Unlock()
+	if start {
+		go c.writeLoop()
 	}
 }
 
-// writeLoop writes whatever has been appended to out since the last write,
-// until the connection closes.
+// writeLoop writes whatever has been appended to out, one syscall for all
+// of it, until out stays empty; then it exits. When the connection is
+// closing it closes the socket after the last write.
 func (c *conn) writeLoop() {
-	defer close(c.wdone)
-	for range c.wsig {
+	for {
 		c.wmu.Lock()
 		buf, closing := c.out, c.closing
+		if len(buf) == 0 {
+			c.writing = false
+			c.spare = nil // an idle connection keeps no buffer
+			if closing {
+				c.wclosed = true
+			}
+			c.wmu.Unlock()
+			if closing {
+				c.nc.Close()
+				close(c.wdone)
+			}
+			return
+		}
 		c.out = c.spare[:0]
 		c.spare = nil
 		c.wmu.Unlock()
-		if len(buf) > 0 {
-			c.nc.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
-			if _, err := c.nc.Write(buf); err != nil {
-				c.wmu.Lock()
-				c.closing = true
-				c.out = nil
-				c.wmu.Unlock()
-				c.nc.Close()
-				return
-			}
+
+		c.nc.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
+		if _, err := c.nc.Write(buf); err != nil {
+			c.wmu.Lock()
+			c.closing, c.wclosed, c.writing = true, true, false
+			c.out = nil
+			c.wmu.Unlock()
+			c.nc.Close()
+			close(c.wdone)
+			return
 		}
+
 		c.wmu.Lock()
 		if cap(buf) <= maxSpareWrite {
 			c.spare = buf[:0]
 		}
-		more := len(c.out) > 0
 		refill := c.refill && !c.closing
 		c.refill = false
 		c.wmu.Unlock()
@@ -267,16 +286,6 @@ func (c *conn) writeLoop() {
 				s.pumpLocked()
 			}
 			s.mu.Unlock()
-			c.wmu.Lock()
-			more = len(c.out) > 0
-			c.wmu.Unlock()
-		}
-		if closing && !more {
-			c.nc.Close()
-			return
-		}
-		if more {
-			c.signal()
 		}
 	}
 }
@@ -446,4 +455,13 @@ func (c *conn) writePublish(p *packet.Publish, topic string, qos0 bool) writeRes
 	}
 	c.out = p.Append(c.out, c.version)
 	return written
+}
+
+// scratch holds the structs a reader decodes packets into. They keep the
+// capacity of their slices between uses, so decoding does not allocate.
+type scratch struct {
+	pub   packet.Publish
+	ack   packet.Ack
+	sub   packet.Subscribe
+	unsub packet.Unsubscribe
 }

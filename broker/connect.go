@@ -155,9 +155,6 @@ func (c *conn) handleConnect(body []byte) error {
 		}
 		return ca.Append(nil, c.version)
 	}
-	if opts.TopicAliasMaximum > 0 && v5 {
-		c.aliasIn = make([]string, opts.TopicAliasMaximum+1)
-	}
 	if c.srv.closed.Load() {
 		return c.refuse(c.version, packet.ServerUnavailable)
 	}

@@ -40,20 +40,22 @@ func (c *conn) handle(h packet.FixedHeader, body []byte) error {
 	case packet.PUBLISH:
 		return c.handlePublish(h.Flags, body)
 	case packet.PUBACK, packet.PUBCOMP, packet.PUBREC:
-		if err := c.ack.Decode(c.version, h.Type, body); err != nil {
+		a := &c.sc.ack
+		if err := a.Decode(c.version, h.Type, body); err != nil {
 			return err
 		}
 		if h.Type == packet.PUBREC {
-			c.sess.pubrec(c.ack.PacketID, c.ack.Reason)
+			c.sess.pubrec(a.PacketID, a.Reason)
 			return nil
 		}
-		c.sess.ack(h.Type, c.ack.PacketID)
+		c.sess.ack(h.Type, a.PacketID)
 		return nil
 	case packet.PUBREL:
-		if err := c.ack.Decode(c.version, h.Type, body); err != nil {
+		a := &c.sc.ack
+		if err := a.Decode(c.version, h.Type, body); err != nil {
 			return err
 		}
-		return c.handlePubrel(c.ack.PacketID)
+		return c.handlePubrel(a.PacketID)
 	case packet.SUBSCRIBE:
 		return c.handleSubscribe(body)
 	case packet.UNSUBSCRIBE:
@@ -82,7 +84,7 @@ func (c *conn) handle(h packet.FixedHeader, body []byte) error {
 // QoS 2 duplicate suppression, retained update, routing and the
 // acknowledgement.
 func (c *conn) handlePublish(flags byte, body []byte) error {
-	p := &c.pub
+	p := &c.sc.pub
 	if err := p.Decode(c.version, flags, body); err != nil {
 		return err
 	}
@@ -96,8 +98,13 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 	name := p.Topic
 	if v5 && p.Props.Has(packet.PropTopicAlias) {
 		a := int(p.Props.TopicAlias)
-		if a >= len(c.aliasIn) {
+		if a > opts.TopicAliasMaximum {
 			return errBadAlias
+		}
+		if a >= len(c.aliasIn) {
+			// Grown on use, not sized to the maximum at CONNECT: most
+			// clients use a handful of aliases or none.
+			c.aliasIn = append(c.aliasIn, make([]string, a+1-len(c.aliasIn))...)
 		}
 		if len(name) == 0 {
 			if c.aliasIn[a] == "" {

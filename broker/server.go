@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/linemq/linemq/broker/packet"
 	"github.com/linemq/linemq/broker/topic"
 )
 
@@ -36,6 +37,11 @@ type Server struct {
 
 	retained retainedStore
 
+	// Decode and encode structs are borrowed per read and per send rather
+	// than kept in every connection: an idle connection then holds none.
+	scratch sync.Pool // *scratch
+	outPubs sync.Pool // *packet.Publish
+
 	conns  sync.WaitGroup // one per connection goroutine
 	stats  counters
 	queued atomic.Int64 // messages queued in all sessions, for MaxQueuedTotal
@@ -58,6 +64,8 @@ func New(opts Options) (*Server, error) {
 		shares:    topic.NewIndex[*shareGroup](0),
 		groups:    make(map[groupKey]*shareGroup),
 	}
+	s.scratch.New = func() any { return new(scratch) }
+	s.outPubs.New = func() any { return new(packet.Publish) }
 	s.retained.init()
 	if o.Store != nil {
 		if err := s.restore(context.Background()); err != nil {

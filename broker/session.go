@@ -245,7 +245,8 @@ func (s *session) sendLocked(d *delivery, pid uint16, now time.Time) writeResult
 	if !d.sent && d.msg.expired(now) {
 		return expiredMsg
 	}
-	p := &c.outPub
+	p := s.srv.outPubs.Get().(*packet.Publish)
+	defer s.srv.outPubs.Put(p)
 	d.msg.fill(p, now)
 	p.QoS = d.qos
 	p.Retain = d.retain

@@ -29,7 +29,7 @@ type subscription struct {
 // and granted or refused on its own [MQTT-3.8.4-6]; the SUBACK goes out
 // before the retained messages the new subscriptions receive.
 func (c *conn) handleSubscribe(body []byte) error {
-	p := &c.sub
+	p := &c.sc.sub
 	if err := p.Decode(c.version, body); err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func (c *conn) handleSubscribe(body []byte) error {
 // handleUnsubscribe handles UNSUBSCRIBE, answering each filter with
 // Success or No subscription existed.
 func (c *conn) handleUnsubscribe(body []byte) error {
-	p := &c.unsub
+	p := &c.sc.unsub
 	if err := p.Decode(c.version, body); err != nil {
 		return err
 	}
