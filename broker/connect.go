@@ -26,14 +26,11 @@ func (c *conn) handleConnect(body []byte) error {
 			return errRefused
 		}
 		if len(body) > 6 && body[6] == byte(packet.V5) {
-			c.version = packet.V5
+			c.setVersion(packet.V5)
 		}
 		return err
 	}
-	c.version = p.Version
-	if c.version == packet.V31 {
-		c.version = packet.V311
-	}
+	c.setVersion(p.Version)
 	v5 := c.version >= packet.V5
 	opts := &c.srv.opts
 
@@ -159,7 +156,11 @@ func (c *conn) handleConnect(body []byte) error {
 		return c.refuse(c.version, packet.ServerUnavailable)
 	}
 	present := c.srv.attach(c, p.CleanStart, expiry, connack)
+	// connected and version are read under wmu by kick, which Shutdown
+	// may call from another goroutine at any time.
+	c.wmu.Lock()
 	c.connected = true
+	c.wmu.Unlock()
 	c.srv.stats.connected.Add(1)
 	c.srv.stats.connects.Add(1)
 	if ev := opts.Events; ev != nil {
@@ -167,6 +168,16 @@ func (c *conn) handleConnect(body []byte) error {
 	}
 	c.srv.log.Debug("client connected", "client", id, "version", int(c.version), "clean", p.CleanStart, "present", present)
 	return nil
+}
+
+// setVersion records the protocol version; 3.1 is handled as 3.1.1.
+func (c *conn) setVersion(v packet.Version) {
+	if v == packet.V31 {
+		v = packet.V311
+	}
+	c.wmu.Lock()
+	c.version = v
+	c.wmu.Unlock()
 }
 
 // refuse queues a CONNACK with a failure reason and ends the connection

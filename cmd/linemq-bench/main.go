@@ -20,6 +20,12 @@
 //
 //	linemq-bench -scenario fanin -qos 1 -duration 10s -pid $(pidof linemq)
 //
+// For QoS 1 and 2 each publisher keeps up to -inflight publishes
+// unacknowledged, fewer if the broker's MQTT 5 Receive Maximum says so.
+// MQTT 3.1.1 has no way to say so: set -inflight to the broker's limit
+// (Mosquitto's max_inflight_messages, 20 by default), since a broker may
+// drop what exceeds it, which the run then reports as lost.
+//
 // The output is a table, then one line of JSON with the same figures (only
 // the JSON line with -json); package bench documents every JSON field.
 // Latency percentiles are measured only when the run is paced with -rate.
