@@ -6,7 +6,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 DATA_DIR ?= ./data
 FUZZTIME ?= 60s
 
-.PHONY: run build test vet fuzz bench cross clean
+.PHONY: run build test vet fuzz bench bench-compare cross clean
 
 ## run: build and start a standalone broker on :1883 with its data in ./data
 run: build
@@ -44,3 +44,7 @@ cross:
 
 clean:
 	rm -rf $(BIN)
+
+## bench-compare: linemq and Debian's Mosquitto side by side; writes docs/benchmarks.md
+bench-compare: build
+	$(GO) run ./cmd/linemq-compare -linemq $(BIN)/linemq -reps 3 -duration 5s -out docs/benchmarks.md

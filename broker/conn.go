@@ -43,17 +43,22 @@ type conn struct {
 	problemInfo bool   // the client's Request Problem Information
 	will        *will  // nil when CONNECT had none
 
-	// Owned by the reader goroutine.
-	sc        *scratch // decode structs, borrowed from the server for one read
-	aliasIn   []string // inbound topic aliases, grown to the highest used
-	r         *router
-	held      []heldAck    // acknowledgements waiting for the Store
-	unackedIn atomic.Int32 // QoS 1 publishes received and not yet acknowledged
-	needSync  bool         // this read wrote to the Store
-	reasons   []packet.ReasonCode
-	scratch   []byte
-	expiryIn  uint32 // Session Expiry Interval after CONNECT, for DISCONNECT rules
-	connected bool   // CONNACK accepting the client was sent
+	// Owned by the reader goroutine (or the parker, while parked).
+	rbuf       []byte    // the read buffer; nil while parked with nothing half-read
+	shorts     int       // consecutive short reads, to shrink rbuf
+	kaDeadline time.Time // keep-alive deadline; zero when none is running
+	parkFD     int       // the socket's descriptor while parked, else -1
+	noPark     bool      // the connection cannot be parked (no descriptor)
+	sc         *scratch  // decode structs, borrowed from the server for one read
+	aliasIn    []string  // inbound topic aliases, grown to the highest used
+	r          *router
+	held       []heldAck    // acknowledgements waiting for the Store
+	unackedIn  atomic.Int32 // QoS 1 publishes received and not yet acknowledged
+	needSync   bool         // this read wrote to the Store
+	reasons    []packet.ReasonCode
+	scratch    []byte
+	expiryIn   uint32 // Session Expiry Interval after CONNECT, for DISCONNECT rules
+	connected  bool   // CONNACK accepting the client was sent
 
 	// Guarded by the session's mu: the outbound topic aliases.
 	aliasOut  map[string]uint16
@@ -79,6 +84,7 @@ func newConn(srv *Server, nc net.Conn) *conn {
 		version:     packet.V311,
 		sendMax:     65535,
 		problemInfo: true,
+		parkFD:      -1,
 		wdone:       make(chan struct{}),
 	}
 }
@@ -92,37 +98,44 @@ var errConnectTimeout = errors.New("broker: no CONNECT within the connect timeou
 
 // serve runs the connection from its first byte to its teardown.
 func (c *conn) serve() {
-	defer c.srv.untrack(c)
-	reason, cause := c.readLoop()
-	c.teardown(reason, cause)
+	c.rbuf = make([]byte, 0, minReadBuf)
+	// Network deadlines use the real clock: they are the kernel's business.
+	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.ConnectTimeout))
+	c.run()
 }
+
+// run reads until the connection ends, or until it is parked (then the
+// parker calls run again on a new goroutine when the client sends).
+func (c *conn) run() {
+	reason, cause := c.readLoop()
+	if cause == errParked {
+		return
+	}
+	c.teardown(reason, cause)
+	c.srv.untrack(c)
+}
+
+// errParked ends a read loop whose connection was handed to the parker.
+var errParked = errors.New("broker: connection parked")
 
 // readLoop reads and handles packets until the connection ends; it returns
 // the reason code to send in a server DISCONNECT (or 0 for none) and the
 // cause.
 func (c *conn) readLoop() (packet.ReasonCode, error) {
-	buf := make([]byte, 0, minReadBuf)
-	shorts := 0
-	cleared := false
-	// Network deadlines use the real clock: they are the kernel's business.
-	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.ConnectTimeout))
+	parkAfter := c.srv.opts.IdleParkAfter
 	for {
 		if c.connected {
-			if c.keepAlive > 0 {
-				c.nc.SetReadDeadline(time.Now().Add(c.keepAlive * 3 / 2))
-			} else if !cleared {
-				// Keep alive 0 turns the timeout off [MQTT-3.1.2-22]; the
-				// connect timeout must not outlive the CONNECT.
-				c.nc.SetReadDeadline(time.Time{})
-				cleared = true
-			}
+			c.armDeadline(parkAfter)
 		}
+		buf := c.rbuf
 		if len(buf) == cap(buf) {
-			buf = grow(buf, 2*cap(buf))
+			buf = grow(buf, max(minReadBuf, 2*cap(buf)))
 		}
 		n, err := c.nc.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
+		c.rbuf = buf
 		if n > 0 {
+			c.kaDeadline = time.Time{} // data arrived: the keep alive starts again
 			c.sc = c.srv.scratch.Get().(*scratch)
 			off, rerr := c.frames(buf)
 			c.srv.scratch.Put(c.sc)
@@ -141,22 +154,67 @@ func (c *conn) readLoop() (packet.ReasonCode, error) {
 			rest := copy(buf, buf[off:])
 			buf = buf[:rest]
 			if n < cap(buf)/4 {
-				shorts++
+				c.shorts++
 			} else {
-				shorts = 0
+				c.shorts = 0
 			}
-			if shorts >= shortsToShrink && cap(buf) > minReadBuf && rest < minReadBuf/2 {
+			if c.shorts >= shortsToShrink && cap(buf) > minReadBuf && rest < minReadBuf/2 {
 				buf = append(make([]byte, 0, max(minReadBuf, cap(buf)/2)), buf...)
-				shorts = 0
+				c.shorts = 0
 			}
+			c.rbuf = buf
 		}
 		if err != nil {
+			if c.idle(err) {
+				if c.srv.parker.park(c) {
+					return 0, errParked
+				}
+				if !c.isClosing() {
+					continue // not parked this time: keep reading
+				}
+			}
 			return c.readError(err)
 		}
 		if c.srv.closed.Load() {
 			return packet.ServerShuttingDown, nil
 		}
 	}
+}
+
+// armDeadline sets the read deadline of a connected client: its keep-alive
+// deadline (one and a half keep alive periods after the last bytes it
+// sent), or, when that is later, the moment it counts as idle and may be
+// parked.
+func (c *conn) armDeadline(parkAfter time.Duration) {
+	now := time.Now()
+	if c.keepAlive > 0 && c.kaDeadline.IsZero() {
+		c.kaDeadline = now.Add(c.keepAlive * 3 / 2)
+	}
+	d := c.kaDeadline // zero: no keep alive [MQTT-3.1.2-22]
+	if parkAfter > 0 && !c.noPark && c.srv.parker != nil {
+		if p := now.Add(parkAfter); d.IsZero() || p.Before(d) {
+			d = p
+		}
+	}
+	c.nc.SetReadDeadline(d)
+}
+
+// idle reports whether a read error is the idle deadline of a connected
+// client rather than its keep-alive deadline or a real failure.
+func (c *conn) idle(err error) bool {
+	if !c.connected || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return false
+	}
+	return c.kaDeadline.IsZero() || time.Now().Before(c.kaDeadline)
+}
+
+// resume runs the connection again after the parker saw it readable, its
+// keep alive run out, or its socket being closed.
+func (c *conn) resume() {
+	if c.rbuf == nil {
+		c.rbuf = make([]byte, 0, minReadBuf)
+	}
+	c.run()
 }
 
 func (c *conn) readError(err error) (packet.ReasonCode, error) {
@@ -250,7 +308,7 @@ func (c *conn) writeLoop() {
 			}
 			c.wmu.Unlock()
 			if closing {
-				c.nc.Close()
+				c.closeSocket()
 				close(c.wdone)
 			}
 			return
@@ -265,7 +323,7 @@ func (c *conn) writeLoop() {
 			c.closing, c.wclosed, c.writing = true, true, false
 			c.out = nil
 			c.wmu.Unlock()
-			c.nc.Close()
+			c.closeSocket()
 			close(c.wdone)
 			return
 		}
@@ -360,7 +418,7 @@ func (c *conn) teardown(reason packet.ReasonCode, cause error) {
 	case <-t.C:
 	}
 	t.Stop()
-	c.nc.Close()
+	c.closeSocket()
 	<-c.wdone
 
 	if c.sess != nil {
@@ -373,6 +431,15 @@ func (c *conn) teardown(reason packet.ReasonCode, cause error) {
 		}
 		c.srv.log.Debug("client disconnected", "client", c.clientID, "reason", reason.String(), "cause", cause)
 	}
+}
+
+// closeSocket closes the network connection. A parked connection is
+// unparked first, so that its reader runs again, sees the socket closed and
+// tears the connection down: closing a descriptor silently drops it from
+// the parker's epoll set, which would otherwise leave it parked forever.
+func (c *conn) closeSocket() {
+	c.srv.parker.unpark(c)
+	c.nc.Close()
 }
 
 // reasonText returns the human-readable detail of a decode or protocol

@@ -42,6 +42,8 @@ type Server struct {
 	scratch sync.Pool // *scratch
 	outPubs sync.Pool // *packet.Publish
 
+	parker *parker // nil when idle connections are not parked
+
 	conns  sync.WaitGroup // one per connection goroutine
 	stats  counters
 	queued atomic.Int64 // messages queued in all sessions, for MaxQueuedTotal
@@ -71,6 +73,13 @@ func New(opts Options) (*Server, error) {
 		if err := s.restore(context.Background()); err != nil {
 			return nil, err
 		}
+	}
+	if o.IdleParkAfter > 0 {
+		p, err := newParker(s)
+		if err != nil {
+			s.log.Warn("idle connections will not be parked", "err", err)
+		}
+		s.parker = p
 	}
 	s.scheduleJanitor()
 	return s, nil
@@ -200,9 +209,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 		for _, c := range conns {
-			c.nc.Close()
+			c.closeSocket()
 		}
 	}
+	s.parker.close()
 	s.flushDelayedWills()
 	return err
 }

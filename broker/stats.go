@@ -26,6 +26,7 @@ type counters struct {
 // Stats is a snapshot of the broker's counters and sizes.
 type Stats struct {
 	ClientsConnected int64  // connections with an accepted CONNECT
+	ClientsParked    int    // idle connections parked without a goroutine
 	Connects         uint64 // CONNECTs accepted since start
 	Sessions         int    // sessions, connected or not
 	Subscriptions    int    // ordinary subscriptions
@@ -58,6 +59,7 @@ func (srv *Server) Stats() Stats {
 	c := &srv.stats
 	return Stats{
 		ClientsConnected: c.connected.Load(),
+		ClientsParked:    srv.parker.count(),
 		Connects:         c.connects.Load(),
 		Sessions:         sessions,
 		Subscriptions:    srv.subs.Len(),

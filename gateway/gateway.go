@@ -30,6 +30,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -66,6 +67,9 @@ type Gateway struct {
 	mqtt  net.Listener // nil when disabled
 
 	serving sync.WaitGroup // one per Serve goroutine
+
+	trimStop chan struct{} // closed to stop trimMemory
+	trimDone chan struct{} // closed when trimMemory has returned
 
 	stopOnce sync.Once
 	stopped  chan struct{} // closed once stop has finished
@@ -116,7 +120,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		store.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: log, srv: srv, store: store, stopped: make(chan struct{})}
+	g := &Gateway{cfg: cfg, log: log, srv: srv, store: store, stopped: make(chan struct{}), trimStop: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			// Unwind: nothing has been served yet, so closing the
@@ -147,6 +151,8 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	if g.mqtt != nil {
 		g.serve("mqtt", g.mqtt)
 	}
+	g.trimDone = make(chan struct{})
+	go g.trimMemory()
 	log.Info("gateway started", "node_id", cfg.NodeID, "data_dir", dataDir)
 	return g, nil
 }
@@ -210,6 +216,10 @@ func (g *Gateway) stop(cause error) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 		defer cancel()
+		close(g.trimStop)
+		if g.trimDone != nil {
+			<-g.trimDone
+		}
 		err := g.srv.Shutdown(ctx)
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):
@@ -280,4 +290,37 @@ func (g *Gateway) Stats() Stats {
 		s.DiskBytesPerMessage = float64(s.Store.PageBytesWritten) / float64(s.Broker.MessagesIn)
 	}
 	return s
+}
+
+// trimInterval and trimThreshold: after a wave of clients connected (and
+// then went idle and were parked) or left, the memory their goroutine
+// stacks and buffers used is free inside the Go runtime but still counted
+// in the process's RSS; the runtime gives it back to the OS only slowly. On
+// a gateway with a few hundred MiB that matters, so the gateway hands it
+// back at once when the number of parked or connected clients changed by
+// at least trimThreshold since the last look.
+const (
+	trimInterval  = 5 * time.Second
+	trimThreshold = 500
+)
+
+func (g *Gateway) trimMemory() {
+	defer close(g.trimDone)
+	t := time.NewTicker(trimInterval)
+	defer t.Stop()
+	var lastParked int
+	var lastConnected int64
+	for {
+		select {
+		case <-g.trimStop:
+			return
+		case <-t.C:
+		}
+		st := g.srv.Stats()
+		dp, dc := st.ClientsParked-lastParked, st.ClientsConnected-lastConnected
+		if dp >= trimThreshold || -dp >= trimThreshold || dc >= trimThreshold || -dc >= trimThreshold {
+			debug.FreeOSMemory()
+			lastParked, lastConnected = st.ClientsParked, st.ClientsConnected
+		}
+	}
 }

@@ -1,0 +1,161 @@
+package broker
+
+import (
+	"sync"
+	"syscall"
+	"time"
+)
+
+// parker watches the sockets of parked connections with epoll.
+type parker struct {
+	srv  *Server
+	epfd int
+
+	mu     sync.Mutex
+	parked map[int]*conn // by descriptor
+	closed bool
+	done   chan struct{}
+}
+
+// parkerTick bounds how late the parker notices a parked connection's keep
+// alive running out, and its own shutdown.
+const parkerTick = 250 * time.Millisecond
+
+func newParker(srv *Server) (*parker, error) {
+	fd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	p := &parker{srv: srv, epfd: fd, parked: make(map[int]*conn), done: make(chan struct{})}
+	go p.loop()
+	return p, nil
+}
+
+// park hands c's socket to the parker; it reports false (and the caller
+// keeps reading) when the connection is closing or has no descriptor.
+func (p *parker) park(c *conn) bool {
+	if p == nil {
+		return false
+	}
+	sc, ok := c.nc.(syscall.Conn)
+	if !ok {
+		c.noPark = true
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		c.noPark = true
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// Checked under p.mu: a writer that closes the socket unparks under
+	// p.mu after setting closing, so it either finds the connection parked
+	// or the connection sees it closing here.
+	if p.closed || c.isClosing() {
+		return false
+	}
+	parked := false
+	// Inside Control the descriptor cannot be closed under us.
+	raw.Control(func(fd uintptr) {
+		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | epollOneShot, Fd: int32(fd)}
+		if syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev) == nil {
+			p.parked[int(fd)] = c
+			c.parkFD = int(fd)
+			parked = true
+		}
+	})
+	if parked && len(c.rbuf) == 0 {
+		c.rbuf = nil // an idle connection keeps no read buffer either
+	}
+	return parked
+}
+
+// epollOneShot is EPOLLONESHOT, which package syscall lacks as a typed
+// constant: an event disarms the descriptor until it is re-added.
+const epollOneShot = 1 << 30
+
+// unpark takes c out of the epoll set, if it is there, and restarts its
+// reader; called before its socket is closed.
+func (p *parker) unpark(c *conn) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	fd := c.parkFD
+	woken := fd >= 0 && p.parked[fd] == c
+	if woken {
+		p.wakeLocked(fd, c)
+	}
+	p.mu.Unlock()
+	if woken {
+		go c.resume()
+	}
+}
+
+func (p *parker) wakeLocked(fd int, c *conn) {
+	syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
+	delete(p.parked, fd)
+	c.parkFD = -1
+}
+
+func (p *parker) loop() {
+	defer close(p.done)
+	events := make([]syscall.EpollEvent, 128)
+	var woken []*conn
+	for {
+		n, err := syscall.EpollWait(p.epfd, events, int(parkerTick/time.Millisecond))
+		if err != nil && err != syscall.EINTR {
+			p.srv.log.Error("parker: epoll_wait failed; parked connections are woken", "err", err)
+		}
+		p.mu.Lock()
+		for i := 0; i < n; i++ {
+			fd := int(events[i].Fd)
+			if c := p.parked[fd]; c != nil {
+				p.wakeLocked(fd, c)
+				woken = append(woken, c)
+			}
+		}
+		// Parked clients whose keep alive ran out are woken to be
+		// disconnected; on shutdown or an epoll failure, all are.
+		now := time.Now()
+		for fd, c := range p.parked {
+			if p.closed || err != nil && err != syscall.EINTR || (!c.kaDeadline.IsZero() && !now.Before(c.kaDeadline)) {
+				p.wakeLocked(fd, c)
+				woken = append(woken, c)
+			}
+		}
+		closed := p.closed
+		p.mu.Unlock()
+		for _, c := range woken {
+			go c.resume()
+		}
+		clear(woken)
+		woken = woken[:0]
+		if closed {
+			syscall.Close(p.epfd)
+			return
+		}
+	}
+}
+
+// count returns the number of parked connections.
+func (p *parker) count() int {
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.parked)
+}
+
+// close stops the parker after waking every parked connection.
+func (p *parker) close() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	<-p.done
+}
