@@ -53,6 +53,7 @@ type dialOptions struct {
 	version    packet.Version
 	id         string
 	receiveMax uint16 // advertised in a v5 CONNECT when non-zero
+	expiry     uint32 // session expiry; non-zero asks for a persistent session
 	bufSize    int    // initial read buffer; small for idle connections
 	timeout    time.Duration
 	clock      *clock
@@ -92,6 +93,14 @@ func (c *client) handshake(ctx context.Context, o dialOptions) error {
 	// Keep alive 0: the bench's connections live for one run and the pinger
 	// covers a broker that imposes a Server Keep Alive.
 	cp := packet.Connect{Version: o.version, CleanStart: true, ClientID: []byte(o.id)}
+	if o.expiry > 0 {
+		if o.version >= packet.V5 {
+			cp.Props.Set(packet.PropSessionExpiry)
+			cp.Props.SessionExpiry = o.expiry
+		} else {
+			cp.CleanStart = false // each run's client ids are new, so nothing is resumed
+		}
+	}
 	if o.version >= packet.V5 && o.receiveMax > 0 {
 		cp.Props.Set(packet.PropReceiveMaximum)
 		cp.Props.ReceiveMaximum = o.receiveMax

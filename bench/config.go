@@ -69,6 +69,11 @@ type Config struct {
 	// WorkerReceiveMax is the Receive Maximum receivers advertise in a v5
 	// CONNECT. Default 1000.
 	WorkerReceiveMax uint16
+	// SessionExpiry, when non-zero, gives the receivers persistent sessions
+	// (MQTT 5 Session Expiry Interval in seconds; Clean Session 0 for
+	// 3.1.1), so that a broker with persistence stores every delivery to
+	// them. Default 0: clean sessions.
+	SessionExpiry uint32
 	// Drain is how long to wait, after publishing stops, for outstanding
 	// acknowledgements and deliveries. Default 5 s.
 	Drain time.Duration

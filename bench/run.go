@@ -132,8 +132,12 @@ func (r *run) note(format string, a ...any) {
 // dial opens one connection of the run and registers it for closing and
 // keep alive.
 func (r *run) dial(ctx context.Context, id string, receiveMax uint16, bufSize int) (*client, error) {
+	var expiry uint32
+	if receiveMax > 0 { // receivers: the only connections that advertise one
+		expiry = r.cfg.SessionExpiry
+	}
 	c, err := dial(ctx, r.cfg.Broker, dialOptions{
-		version: r.cfg.Version, id: id, receiveMax: receiveMax,
+		version: r.cfg.Version, id: id, receiveMax: receiveMax, expiry: expiry,
 		bufSize: bufSize, timeout: r.cfg.Timeout, clock: r.clock,
 	})
 	if err != nil {

@@ -54,6 +54,7 @@ type conn struct {
 	r          *router
 	held       []heldAck    // acknowledgements waiting for the Store
 	unackedIn  atomic.Int32 // QoS 1 publishes received and not yet acknowledged
+	syncing    atomic.Int32 // batches of this connection's acks waiting in the syncer
 	needSync   bool         // this read wrote to the Store
 	reasons    []packet.ReasonCode
 	scratch    []byte

@@ -210,24 +210,39 @@ type heldAck struct {
 // durable: 3.1.1 has no negative acknowledgement to send instead.
 var errStoreFailed = &packet.Error{Code: packet.ServerUnavailable, Reason: "persisting the message failed"}
 
-// releaseAcks sends the acknowledgements held during this read, after one
-// Store sync for all of them (group commit across the read). If the sync
-// fails, a v5 publisher is told 0x97 Quota exceeded and may retry; a 3.1.1
-// publisher is disconnected.
+// releaseAcks sends the acknowledgements held during this read. When the
+// read wrote to the Store they go to the server's syncer, which sends them
+// once a Store sync covering them has returned; the reader carries on
+// reading meanwhile, so the next publishes join the next sync (group
+// commit). Acknowledgements of a connection leave in the order of its
+// publishes [MQTT-4.6.0-2]: while any of its batches wait in the syncer,
+// later ones queue behind them even if they need no sync.
 func (c *conn) releaseAcks() error {
 	if len(c.held) == 0 && !c.needSync {
 		return nil
 	}
-	var err error
-	if c.needSync {
+	if c.needSync || c.syncing.Load() > 0 {
 		c.needSync = false
-		err = c.srv.syncStore()
+		c.srv.syncer.add(c, c.held)
+		c.held = nil
+		return nil
 	}
+	c.sendAcks(c.held, nil)
+	clear(c.held)
+	c.held = c.held[:0]
+	return nil
+}
+
+// sendAcks writes held acknowledgements; err is the Store sync's failure,
+// if any: a v5 publisher is then told 0x97 Quota exceeded (and may retry),
+// a 3.1.1 publisher, which has no negative acknowledgement, is
+// disconnected. It runs on the reader or on the syncer.
+func (c *conn) sendAcks(held []heldAck, err error) {
 	if err != nil && c.version < packet.V5 {
-		c.held = c.held[:0]
-		return errStoreFailed
+		c.kickWith(packet.ServerUnavailable, errStoreFailed.Reason)
+		return
 	}
-	for _, a := range c.held {
+	for _, a := range held {
 		rc := a.rc
 		if err != nil && !rc.IsError() {
 			rc = packet.QuotaExceeded
@@ -246,9 +261,6 @@ func (c *conn) releaseAcks() error {
 		}
 		c.writeAck(a.t, a.pid, rc)
 	}
-	clear(c.held)
-	c.held = c.held[:0]
-	return nil
 }
 
 // forgetInbound ends an inbound QoS 2 exchange that was refused.

@@ -43,6 +43,7 @@ type Server struct {
 	outPubs sync.Pool // *packet.Publish
 
 	parker *parker // nil when idle connections are not parked
+	syncer *syncer // nil without a Store
 
 	conns  sync.WaitGroup // one per connection goroutine
 	stats  counters
@@ -73,6 +74,9 @@ func New(opts Options) (*Server, error) {
 		if err := s.restore(context.Background()); err != nil {
 			return nil, err
 		}
+	}
+	if o.Store != nil {
+		s.syncer = newSyncer(s)
 	}
 	if o.IdleParkAfter > 0 {
 		p, err := newParker(s)
@@ -213,6 +217,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	s.parker.close()
+	if s.syncer != nil {
+		s.syncer.close()
+	}
 	s.flushDelayedWills()
 	return err
 }

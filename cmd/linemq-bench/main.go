@@ -120,6 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (bench.Config, bool, error) {
 	fs.Float64Var(&cfg.Rate, "rate", 0, "total publish rate in `msg/s`; 0 = as fast as possible (latency is measured only when paced)")
 	fs.IntVar(&cfg.Inflight, "inflight", bench.DefaultInflight, "unacknowledged QoS 1/2 publishes per publisher (capped by the broker's Receive Maximum)")
 	receiveMax := fs.Int("worker-receive-max", bench.DefaultWorkerReceiveMax, "Receive Maximum the receivers advertise (MQTT 5)")
+	expiry := fs.Uint("session-expiry", 0, "give receivers persistent sessions with this expiry in `seconds` (0: clean sessions)")
 	fs.DurationVar(&cfg.Drain, "drain", bench.DefaultDrain, "how long to wait for acknowledgements and deliveries after publishing")
 	fs.IntVar(&cfg.PID, "pid", 0, "broker process id, for its CPU time and memory from /proc")
 	fs.IntVar(&cfg.Conns, "conns", bench.DefaultConns, "idle connections (conns)")
@@ -153,6 +154,7 @@ func parseFlags(args []string, stderr io.Writer) (bench.Config, bool, error) {
 		return cfg, false, fmt.Errorf("-worker-receive-max %d: must be 1..65535", *receiveMax)
 	}
 	cfg.WorkerReceiveMax = uint16(*receiveMax)
+	cfg.SessionExpiry = uint32(*expiry)
 	// In bench.Config zero means "default"; on the command line a zero is a
 	// mistake worth saying so, not a silent default.
 	for name, n := range map[string]int{"publishers": cfg.Publishers, "workers": cfg.Workers,
