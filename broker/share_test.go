@@ -508,3 +508,94 @@ func TestShareOverloadDropOldest(t *testing.T) {
 		t.Fatalf("first delivery %q", p.Payload)
 	}
 }
+
+// TestShareRedispatchWhenMemberGoes covers the other ways a member leaves:
+// an UNSUBSCRIBE of the group, a broken connection of a persistent member
+// in a group with redispatch_on_disconnect, and the last member leaving
+// (the group ends; what it still held is discarded and counted).
+func TestShareRedispatchWhenMemberGoes(t *testing.T) {
+	srv, addr := brokertest.RunServer(t, broker.Options{Shares: broker.ShareOptions{Groups: []broker.GroupPolicy{
+		{Name: "eager", RedispatchOnDisconnect: true},
+	}}})
+	stuck := func(id, filter string, expiry uint32) *brokertest.Client {
+		cp := withExpiry(rawV5(id, true), expiry)
+		cp.Props.Set(packet.PropReceiveMaximum)
+		cp.Props.ReceiveMaximum = 2
+		c, _ := brokertest.Connect(t, addr, cp)
+		c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte(filter), QoS: 1}}})
+		return c
+	}
+	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	drain := func(w *v5, n int) map[string]bool {
+		got := map[string]bool{}
+		for range n {
+			got[string(w.next().Payload)] = true
+		}
+		return got
+	}
+
+	// UNSUBSCRIBE: the member's two unacknowledged messages move.
+	leaver := stuck("leaver", "$share/plain/u", 0)
+	stay, _ := dialV5(t, addr, &paho.Connect{ClientID: "stay", CleanStart: true}, nil)
+	stay.sub("$share/plain/u", 1)
+	for i := range 4 {
+		pub.pub("u", 1, false, fmt.Sprint(i))
+	}
+	for range 2 {
+		leaver.Expect(packet.PUBLISH, nil)
+	}
+	got := drain(stay, 2)
+	uns := &packet.Unsubscribe{PacketID: 9, Filters: [][]byte{[]byte("$share/plain/u")}}
+	leaver.Send(uns.Append(nil, packet.V5))
+	for k := range drain(stay, 2) {
+		got[k] = true
+	}
+	if len(got) != 4 {
+		t.Fatalf("after UNSUBSCRIBE the survivor has %v, want all 4", got)
+	}
+
+	// redispatch_on_disconnect: a persistent member whose connection breaks
+	// hands its messages over at once, without waiting for its session to
+	// expire, and stays a member.
+	flaky := stuck("flaky", "$share/eager/e", 3600)
+	stay.sub("$share/eager/e", 1)
+	for i := range 4 {
+		pub.pub("e", 1, false, fmt.Sprint(i))
+	}
+	for range 2 {
+		flaky.Expect(packet.PUBLISH, nil)
+	}
+	got = drain(stay, 2)
+	flaky.Conn.Close()
+	for k := range drain(stay, 2) {
+		got[k] = true
+	}
+	if len(got) != 4 {
+		t.Fatalf("after the broken connection the survivor has %v, want all 4", got)
+	}
+	for _, g := range srv.ShareGroups() {
+		if g.Name == "eager" && (g.Members != 2 || g.Redispatched != 2) {
+			t.Fatalf("eager group %+v: want 2 members (the offline one stays) and 2 redispatched", g)
+		}
+	}
+
+	// The last member leaves: the group ends and its messages are discarded.
+	last := stuck("last", "$share/lonely/l", 0)
+	for i := range 3 {
+		pub.pub("l", 1, false, fmt.Sprint(i))
+	}
+	for range 2 {
+		last.Expect(packet.PUBLISH, nil)
+	}
+	last.Conn.Close()
+	brokertest.Eventually(t, 5*time.Second, "group ended", func() bool {
+		for _, g := range srv.ShareGroups() {
+			if g.Name == "lonely" {
+				return false
+			}
+		}
+		return true
+	})
+	// Its two unacknowledged messages and the queued one are discarded.
+	brokertest.Eventually(t, 5*time.Second, "discards counted", func() bool { return srv.Stats().GroupDiscarded == 3 })
+}

@@ -125,6 +125,7 @@ type groupKey struct{ name, filter string }
 
 // shareGroup is one share group on this node: its members and counters.
 type shareGroup struct {
+	srv    *Server
 	key    groupKey
 	policy GroupPolicy
 
@@ -139,9 +140,9 @@ type shareGroup struct {
 	in, delivered, acked, redispatched, dropped, discarded atomic.Uint64
 }
 
-func newShareGroup(key groupKey, opts *ShareOptions) *shareGroup {
+func newShareGroup(srv *Server, key groupKey, opts *ShareOptions) *shareGroup {
 	pol, so := opts.policyFor(key.name)
-	g := &shareGroup{key: key, policy: pol, g: share.NewGroup[*subscription](key.name, key.filter, so)}
+	g := &shareGroup{srv: srv, key: key, policy: pol, g: share.NewGroup[*subscription](key.name, key.filter, so)}
 	mode := opts.Overload
 	if pol.Overload != "" {
 		mode = pol.Overload
@@ -171,6 +172,7 @@ func (g *shareGroup) dispatch(m *Message, r *router) bool {
 				break
 			}
 			g.discarded.Add(1)
+			g.srv.stats.groupDiscarded.Add(1) // the group is gone: count it where it stays visible
 			return false
 		}
 		g.qos = m.QoS
@@ -207,7 +209,7 @@ func (srv *Server) joinGroup(name, filter string, sub *subscription) packet.Reas
 	defer srv.groupsMu.Unlock()
 	g := srv.groups[key]
 	if g == nil {
-		g = newShareGroup(key, &srv.opts.Shares)
+		g = newShareGroup(srv, key, &srv.opts.Shares)
 	}
 	if allowed := g.policy.AllowedClients; len(allowed) > 0 && !matchAny(allowed, sub.sess.id) {
 		srv.log.Warn("client refused by share group contract", "client", sub.sess.id, "group", name, "filter", filter)

@@ -21,6 +21,7 @@ type counters struct {
 	willsPublished   atomic.Uint64
 	storeErrors      atomic.Uint64
 	acksHeld         atomic.Uint64
+	groupDiscarded   atomic.Uint64
 }
 
 // Stats is a snapshot of the broker's counters and sizes.
@@ -46,6 +47,7 @@ type Stats struct {
 	WillsPublished   uint64 // will messages published
 	StoreErrors      uint64 // failed Store writes and syncs
 	AcksHeld         uint64 // publisher acknowledgements held back by share-group backpressure
+	GroupDiscarded   uint64 // messages discarded because their share group ended
 }
 
 // Stats returns a snapshot of the broker's counters.
@@ -79,5 +81,6 @@ func (srv *Server) Stats() Stats {
 		WillsPublished:   c.willsPublished.Load(),
 		StoreErrors:      c.storeErrors.Load(),
 		AcksHeld:         c.acksHeld.Load(),
+		GroupDiscarded:   c.groupDiscarded.Load(),
 	}
 }

@@ -270,3 +270,47 @@ func TestFullDisk(t *testing.T) {
 		return a.Reason == packet.Success
 	})
 }
+
+// TestWillsAtShutdown: a graceful shutdown publishes the wills of the
+// clients it disconnects (including one still waiting out its delay), and
+// a persistent subscriber offline at the time finds them after the restart,
+// once each.
+func TestWillsAtShutdown(t *testing.T) {
+	n := newNode(t, broker.Options{}, bolt.Options{})
+	w, _ := brokertest.Connect(t, n.addr, v5("watcher", true, 3600))
+	w.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("will/#"), QoS: 1}}})
+	w.Conn.Close()
+	withWill := func(id string, delay uint32) *packet.Connect {
+		c := v5(id, true, 3600)
+		c.WillFlag, c.WillQoS, c.WillTopic, c.WillPayload = true, 1, []byte("will/"+id), []byte("gone")
+		if delay > 0 {
+			c.WillProps.Set(packet.PropWillDelay)
+			c.WillProps.WillDelay = delay
+		}
+		return c
+	}
+	brokertest.Connect(t, n.addr, withWill("connected", 0))
+	waiting, _ := brokertest.Connect(t, n.addr, withWill("waiting", 600))
+	waiting.Conn.Close() // its will waits 600 s, until the shutdown
+	brokertest.Eventually(t, 5*time.Second, "one client left", func() bool { return n.srv.Stats().ClientsConnected == 1 })
+
+	n.restart()
+
+	w, _ = brokertest.Connect(t, n.addr, v5("watcher", false, 3600))
+	got := map[string]int{}
+	for {
+		h, body, err := w.Read(500 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		if h.Type == packet.PUBLISH {
+			var p packet.Publish
+			p.Decode(packet.V5, h.Flags, body)
+			got[string(p.Topic)]++
+			w.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+		}
+	}
+	if got["will/connected"] != 1 || got["will/waiting"] != 1 || len(got) != 2 {
+		t.Fatalf("wills after restart: %v, want each of will/connected and will/waiting once", got)
+	}
+}
