@@ -18,9 +18,9 @@ var (
 	errAuthNoMethod    = &packet.Error{Code: packet.ProtocolError, Reason: "AUTH without an authentication method in CONNECT"}
 	errExpiryFromZero  = &packet.Error{Code: packet.ProtocolError, Reason: "DISCONNECT sets a session expiry after CONNECT set 0"} // [MQTT-3.14.2-2]
 	errBadAlias        = &packet.Error{Code: packet.TopicAliasInvalid, Reason: "topic alias above the maximum"}                    // [MQTT-3.3.2-9]
-	errUnknownAlias    = &packet.Error{Code: packet.ProtocolError, Reason: "topic alias not yet mapped to a topic"}                // [MQTT-3.3.2-?]
+	errUnknownAlias    = &packet.Error{Code: packet.ProtocolError, Reason: "topic alias not yet mapped to a topic"}                // section 3.3.2.3.4
 	errBadTopicName    = &packet.Error{Code: packet.TopicNameInvalid, Reason: "topic name with wildcards or empty"}                // [MQTT-3.3.2-2]
-	errRetainDisabled  = &packet.Error{Code: packet.RetainNotSupported, Reason: "retained publish while retain is not available"}  // [MQTT-3.3.1-?]
+	errRetainDisabled  = &packet.Error{Code: packet.RetainNotSupported, Reason: "retained publish while retain is not available"}  // section 3.3.1.3, 0x9A
 	errRecvMaxExceeded = &packet.Error{Code: packet.ReceiveMaximumExceeded, Reason: "more unacknowledged QoS 1 and 2 publishes than Receive Maximum"}
 	errNoLocalShared   = &packet.Error{Code: packet.ProtocolError, Reason: "No Local on a shared subscription"} // [MQTT-3.8.3-4]
 	errSubIDsOff       = &packet.Error{Code: packet.SubIDsNotSupported, Reason: "subscription identifiers are not available"}
@@ -311,7 +311,10 @@ func (c *conn) handleDisconnect(body []byte) error {
 		c.sess.mu.Unlock()
 	}
 	if d.Reason != packet.DisconnectWithWill {
+		// Under the session's lock: the session's record reads the will.
+		c.sess.mu.Lock()
 		c.will = nil
+		c.sess.mu.Unlock()
 	}
 	return errClientDisconnect
 }

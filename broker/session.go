@@ -279,7 +279,7 @@ func (s *session) ack(t packet.Type, pid uint16) (*conn, bool) {
 }
 
 // pubrec handles PUBREC: the client has the QoS 2 message; answer PUBREL.
-// A PUBREC with an error reason ends the exchange [MQTT-4.3.3-?].
+// A PUBREC with an error reason ends the exchange (section 4.3.3).
 func (s *session) pubrec(pid uint16, reason packet.ReasonCode) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -89,7 +89,7 @@ func (c *conn) handleSubscribe(body []byte) error {
 		}
 		reasons = append(reasons, packet.ReasonCode(sub.qos))
 		// Retained messages go to new ordinary subscriptions per Retain
-		// Handling [MQTT-3.3.1-9..11], never to shared ones [MQTT-4.8.2-?].
+		// Handling [MQTT-3.3.1-9..11], never to shared ones (section 4.8.2).
 		if !shared && (sub.retainHandling == 0 || (sub.retainHandling == 1 && !existed)) {
 			if msgs := c.srv.retained.match(tf, c.srv.clock.Now()); len(msgs) > 0 {
 				retained = append(retained, retainedFor{sub, msgs})
