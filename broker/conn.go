@@ -422,11 +422,15 @@ func (c *conn) teardown(reason packet.ReasonCode, cause error) {
 	c.closeSocket()
 	<-c.wdone
 
+	if c.connected {
+		// Counted as gone before its will goes out, so that whoever sees
+		// the will also sees the client gone.
+		c.srv.stats.connected.Add(-1)
+	}
 	if c.sess != nil {
 		c.srv.detach(c, reason)
 	}
 	if c.connected {
-		c.srv.stats.connected.Add(-1)
 		if ev := c.srv.opts.Events; ev != nil {
 			ev.ClientDisconnected(c.info, reason, cause)
 		}
