@@ -309,8 +309,10 @@ func crashRecovery(t *testing.T, mode string) {
 	for _, n := range names {
 		_, dups := trackers[n].missing(all)
 		t.Logf("%s mode, %s: %d acknowledged messages, %d kills, %d duplicates", mode, n, len(all), kills, dups)
-		if dups > len(all) {
-			t.Errorf("%s: %d duplicates for %d messages", n, dups, len(all))
+		// A crash can only repeat what was in flight or not yet recorded as
+		// acknowledged when it hit: a few dozen messages per kill at most.
+		if dups > kills*100 {
+			t.Errorf("%s: %d duplicates for %d kills, more than a crash can explain", n, dups, kills)
 		}
 	}
 
