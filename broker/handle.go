@@ -128,7 +128,9 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 	if p.QoS == 1 {
 		// Acknowledgements held by the Store or by backpressure count
 		// against the client's quota, as its unacknowledged publishes.
-		if c.unackedIn.Add(1) > int32(opts.ReceiveMaximum) {
+		// Only a v5 client was told the maximum; a 3.1.1 client is slowed by
+		// its acknowledgements alone.
+		if c.unackedIn.Add(1) > int32(opts.ReceiveMaximum) && v5 {
 			return errRecvMaxExceeded // [MQTT-3.3.4-9]
 		}
 	}
@@ -139,7 +141,7 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 		s := c.sess
 		s.mu.Lock()
 		_, dup := s.inQoS2[p.PacketID]
-		if !dup && len(s.inQoS2)+int(c.unackedIn.Load()) >= int(opts.ReceiveMaximum) {
+		if v5 && !dup && len(s.inQoS2)+int(c.unackedIn.Load()) >= int(opts.ReceiveMaximum) {
 			s.mu.Unlock()
 			return errRecvMaxExceeded // [MQTT-3.3.4-9]
 		}

@@ -731,3 +731,18 @@ func TestV5GlobalQueueLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestV311NotHeldToReceiveMaximum: a 3.1.1 client was never told the
+// broker's Receive Maximum, so a burst beyond it is served, not refused.
+func TestV311NotHeldToReceiveMaximum(t *testing.T) {
+	_, addr := brokertest.RunServer(t, broker.Options{ReceiveMaximum: 16})
+	c, _ := brokertest.Connect(t, addr, &packet.Connect{Version: packet.V311, ClientID: []byte("burst"), CleanStart: true})
+	var burst []byte
+	for i := range 200 {
+		burst = (&packet.Publish{Topic: []byte("b"), QoS: 1, PacketID: uint16(i + 1)}).Append(burst, packet.V311)
+	}
+	c.Send(burst)
+	for range 200 {
+		c.Expect(packet.PUBACK, nil)
+	}
+}
