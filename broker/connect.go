@@ -156,11 +156,6 @@ func (c *conn) handleConnect(body []byte) error {
 		return c.refuse(c.version, packet.ServerUnavailable)
 	}
 	present := c.srv.attach(c, p.CleanStart, expiry, connack)
-	// connected and version are read under wmu by kick, which Shutdown
-	// may call from another goroutine at any time.
-	c.wmu.Lock()
-	c.connected = true
-	c.wmu.Unlock()
 	c.srv.stats.connected.Add(1)
 	c.srv.stats.connects.Add(1)
 	if ev := opts.Events; ev != nil {

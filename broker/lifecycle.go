@@ -68,7 +68,16 @@ func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(
 	c.sess = sess
 	sess.disconnectedAt = time.Time{}
 	sess.saveLocked()
-	c.writeBytes(connack(present))
+	// connected turns true with the CONNACK queued, under the write lock, so
+	// that a kick racing with this (a shutdown) sends DISCONNECT to a client
+	// that may already hold its CONNACK.
+	ack := connack(present)
+	c.wmu.Lock()
+	c.connected = true
+	if !c.closing {
+		c.out = append(c.out, ack...)
+	}
+	c.wmu.Unlock()
 	if present {
 		sess.resumeLocked()
 	}
