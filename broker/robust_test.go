@@ -433,9 +433,10 @@ func TestRobustHalfOpen(t *testing.T) {
 	})
 
 	pair.check(t)
-	if st := srv.Stats(); st.ClientsConnected != 3 {
-		t.Errorf("ClientsConnected %d, want 3 (probe pair and watcher)", st.ClientsConnected)
-	}
+	// The last client's teardown runs on its own goroutine: wait for it.
+	brokertest.Eventually(t, 5*time.Second, "only the probe pair and the watcher connected", func() bool {
+		return srv.Stats().ClientsConnected == 3
+	})
 	robustWaitSettled(t, base, 2, 4<<20, 10*time.Second)
 }
 
