@@ -156,8 +156,6 @@ func (c *conn) handleConnect(body []byte) error {
 		return c.refuse(c.version, packet.ServerUnavailable)
 	}
 	present := c.srv.attach(c, p.CleanStart, expiry, connack)
-	c.srv.stats.connected.Add(1)
-	c.srv.stats.connects.Add(1)
 	if ev := opts.Events; ev != nil {
 		ev.ClientConnected(c.info, present)
 	}

@@ -72,6 +72,8 @@ func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(
 	// that a kick racing with this (a shutdown) sends DISCONNECT to a client
 	// that may already hold its CONNACK.
 	ack := connack(present)
+	srv.stats.connected.Add(1) // counted before the client can see its CONNACK
+	srv.stats.connects.Add(1)
 	c.wmu.Lock()
 	c.connected = true
 	if !c.closing {
