@@ -398,10 +398,13 @@ func TestV5PropertiesPassThrough(t *testing.T) {
 
 func TestV5MessageExpiry(t *testing.T) {
 	clock := brokertest.NewFakeClock()
-	_, addr := brokertest.RunServer(t, broker.Options{Clock: clock})
+	srv, addr := brokertest.RunServer(t, broker.Options{Clock: clock})
 	sub, _ := brokertest.Connect(t, addr, withExpiry(rawV5("sub", true), 600))
 	sub.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("e/#"), QoS: 1}}})
 	sub.Conn.Close()
+	// Offline for sure: a message sent on the dying connection would count
+	// as started and be completed despite its expiry.
+	brokertest.Eventually(t, 5*time.Second, "sub offline", func() bool { return srv.Stats().ClientsConnected == 0 })
 	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
 	pub.pubProps(&paho.Publish{Topic: "e/short", QoS: 1, Payload: []byte("s"), Properties: &paho.PublishProperties{MessageExpiry: u32(5)}})
 	pub.pubProps(&paho.Publish{Topic: "e/long", QoS: 1, Payload: []byte("l"), Properties: &paho.PublishProperties{MessageExpiry: u32(100)}})
