@@ -62,16 +62,13 @@ func benchFanIn(b *testing.B, qos byte) {
 	_, addr := brokertest.RunServer(b, broker.Options{})
 	var mu sync.Mutex
 	var received int64
-	var dones []chan struct{}
 	for i := range 4 {
 		cp := rawV5(fmt.Sprint("w", i), true)
 		cp.Props.Set(packet.PropReceiveMaximum)
 		cp.Props.ReceiveMaximum = 1000
 		w, _ := brokertest.Connect(b, addr, cp)
 		w.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/g/plant/+/+/telemetry"), QoS: 1}}})
-		done := make(chan struct{})
-		dones = append(dones, done)
-		go benchDrain(w.Conn, packet.V5, &received, &mu, done)
+		go benchDrain(w.Conn, packet.V5, &received, &mu, make(chan struct{}))
 	}
 	pub, _ := brokertest.Connect(b, addr, rawV5("pub", true))
 	go io.Copy(io.Discard, pub.Conn) // PUBACKs

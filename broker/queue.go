@@ -85,8 +85,6 @@ func (r *ring) push(d delivery) {
 	r.count(1)
 }
 
-func (r *ring) peek() *delivery { return &r.buf[r.head] }
-
 func (r *ring) pop() delivery {
 	d := r.buf[r.head]
 	r.buf[r.head] = delivery{}
@@ -114,13 +112,4 @@ func (r *ring) removeAt(i int) delivery {
 	}
 	r.pop()
 	return d
-}
-
-// drain removes and returns every queued delivery in order.
-func (r *ring) drain() []delivery {
-	out := make([]delivery, 0, r.n)
-	for r.n > 0 {
-		out = append(out, r.pop())
-	}
-	return out
 }

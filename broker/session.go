@@ -399,13 +399,6 @@ func (s *session) resumeLocked() {
 	s.pumpLocked()
 }
 
-// pending returns the number of queued and in-flight messages.
-func (s *session) pending() (queued, inflight int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.queue.len(), len(s.inflight)
-}
-
 // takeUndelivered removes and returns the messages a departing member of
 // group g still holds: everything queued for g, and QoS 1 messages in
 // flight for g. QoS 2 messages in flight stay with the member

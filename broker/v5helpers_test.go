@@ -111,7 +111,6 @@ func (c *v5) none(d time.Duration) {
 	}
 }
 
-func u16(v uint16) *uint16 { return &v }
 func u32(v uint32) *uint32 { return &v }
 
 // rawV5 is a v5 CONNECT for the raw client.
