@@ -302,8 +302,9 @@ func (c *conn) writeLoop() {
 		c.wmu.Lock()
 		buf, closing := c.out, c.closing
 		if len(buf) == 0 {
+			// The spare buffer stays for the next burst; the parker takes
+			// it away once the connection goes idle.
 			c.writing = false
-			c.spare = nil // an idle connection keeps no buffer
 			if closing {
 				c.wclosed = true
 			}

@@ -65,8 +65,16 @@ func (p *parker) park(c *conn) bool {
 			parked = true
 		}
 	})
-	if parked && len(c.rbuf) == 0 {
-		c.rbuf = nil // an idle connection keeps no read buffer either
+	if parked {
+		// An idle connection keeps no buffers.
+		if len(c.rbuf) == 0 {
+			c.rbuf = nil
+		}
+		c.wmu.Lock()
+		if !c.writing {
+			c.spare = nil
+		}
+		c.wmu.Unlock()
 	}
 	return parked
 }
