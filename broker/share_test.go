@@ -160,11 +160,7 @@ func TestShareQoSDowngradeAndNoRetained(t *testing.T) {
 
 func TestShareBackpressureSkipsFullMember(t *testing.T) {
 	srv, addr := brokertest.RunServer(t, broker.Options{})
-	cp := rawV5("wedged", true)
-	cp.Props.Set(packet.PropReceiveMaximum)
-	cp.Props.ReceiveMaximum = 3
-	wedged, _ := brokertest.Connect(t, addr, cp)
-	wedged.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/g/job"), QoS: 1}}})
+	wedged := windowSub(t, addr, "wedged", "$share/g/job", 3, 0)
 	fast, _ := dialV5(t, addr, &paho.Connect{ClientID: "fast", CleanStart: true}, nil)
 	fast.sub("$share/g/job", 1)
 	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
@@ -206,11 +202,7 @@ func TestShareStrictRotationQueuesToFullMember(t *testing.T) {
 	_, addr := brokertest.RunServer(t, broker.Options{Shares: broker.ShareOptions{
 		Groups: []broker.GroupPolicy{{Name: "strict", StrictRotation: true}},
 	}})
-	cp := rawV5("wedged", true)
-	cp.Props.Set(packet.PropReceiveMaximum)
-	cp.Props.ReceiveMaximum = 1
-	wedged, _ := brokertest.Connect(t, addr, cp)
-	wedged.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/strict/job"), QoS: 1}}})
+	wedged := windowSub(t, addr, "wedged", "$share/strict/job", 1, 0)
 	fast, _ := dialV5(t, addr, &paho.Connect{ClientID: "fast", CleanStart: true}, nil)
 	fast.sub("$share/strict/job", 1)
 	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
@@ -235,11 +227,7 @@ func TestShareRedispatchOnSessionEnd(t *testing.T) {
 	// The doomed member never acknowledges: with a window of 5 it holds 5
 	// in flight, and the rest queue behind them once the other member is
 	// full too.
-	cp := rawV5("doomed", true)
-	cp.Props.Set(packet.PropReceiveMaximum)
-	cp.Props.ReceiveMaximum = 5
-	doomed, _ := brokertest.Connect(t, addr, cp)
-	doomed.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/g/seq"), QoS: 1}}})
+	doomed := windowSub(t, addr, "doomed", "$share/g/seq", 5, 0)
 	survivor, _ := dialV5(t, addr, &paho.Connect{ClientID: "survivor", CleanStart: true}, nil)
 	survivor.sub("$share/g/seq", 1)
 	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
@@ -442,11 +430,7 @@ func TestShareStickyAndRandom(t *testing.T) {
 
 func TestShareOverloadBackpressureHoldsAcks(t *testing.T) {
 	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedMessages: 10})
-	cp := rawV5("slow", true)
-	cp.Props.Set(packet.PropReceiveMaximum)
-	cp.Props.ReceiveMaximum = 1
-	slow, _ := brokertest.Connect(t, addr, cp)
-	slow.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/g/load"), QoS: 1}}})
+	slow := windowSub(t, addr, "slow", "$share/g/load", 1, 0)
 	pub, _ := brokertest.Connect(t, addr, rawV5("pub", true))
 	const n = 30
 	for i := range n {
@@ -487,11 +471,7 @@ func TestShareOverloadBackpressureHoldsAcks(t *testing.T) {
 func TestShareOverloadDropOldest(t *testing.T) {
 	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedMessages: 10,
 		Shares: broker.ShareOptions{Overload: broker.OverloadDropOldest}})
-	cp := rawV5("slow", true)
-	cp.Props.Set(packet.PropReceiveMaximum)
-	cp.Props.ReceiveMaximum = 1
-	slow, _ := brokertest.Connect(t, addr, cp)
-	slow.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/g/load"), QoS: 1}}})
+	slow := windowSub(t, addr, "slow", "$share/g/load", 1, 0)
 	pub, _ := brokertest.Connect(t, addr, rawV5("pub", true))
 	for i := range 30 {
 		pub.Publish(&packet.Publish{Topic: []byte("load"), QoS: 1, PacketID: uint16(i + 1), Payload: []byte(fmt.Sprint(i))})
@@ -517,14 +497,6 @@ func TestShareRedispatchWhenMemberGoes(t *testing.T) {
 	srv, addr := brokertest.RunServer(t, broker.Options{Shares: broker.ShareOptions{Groups: []broker.GroupPolicy{
 		{Name: "eager", RedispatchOnDisconnect: true},
 	}}})
-	stuck := func(id, filter string, expiry uint32) *brokertest.Client {
-		cp := withExpiry(rawV5(id, true), expiry)
-		cp.Props.Set(packet.PropReceiveMaximum)
-		cp.Props.ReceiveMaximum = 2
-		c, _ := brokertest.Connect(t, addr, cp)
-		c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte(filter), QoS: 1}}})
-		return c
-	}
 	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
 	drain := func(w *v5, n int) map[string]bool {
 		got := map[string]bool{}
@@ -535,7 +507,7 @@ func TestShareRedispatchWhenMemberGoes(t *testing.T) {
 	}
 
 	// UNSUBSCRIBE: the member's two unacknowledged messages move.
-	leaver := stuck("leaver", "$share/plain/u", 0)
+	leaver := windowSub(t, addr, "leaver", "$share/plain/u", 2, 0)
 	stay, _ := dialV5(t, addr, &paho.Connect{ClientID: "stay", CleanStart: true}, nil)
 	stay.sub("$share/plain/u", 1)
 	for i := range 4 {
@@ -557,7 +529,7 @@ func TestShareRedispatchWhenMemberGoes(t *testing.T) {
 	// redispatch_on_disconnect: a persistent member whose connection breaks
 	// hands its messages over at once, without waiting for its session to
 	// expire, and stays a member.
-	flaky := stuck("flaky", "$share/eager/e", 3600)
+	flaky := windowSub(t, addr, "flaky", "$share/eager/e", 2, 3600)
 	stay.sub("$share/eager/e", 1)
 	for i := range 4 {
 		pub.pub("e", 1, false, fmt.Sprint(i))
@@ -580,7 +552,7 @@ func TestShareRedispatchWhenMemberGoes(t *testing.T) {
 	}
 
 	// The last member leaves: the group ends and its messages are discarded.
-	last := stuck("last", "$share/lonely/l", 0)
+	last := windowSub(t, addr, "last", "$share/lonely/l", 2, 0)
 	for i := range 3 {
 		pub.pub("l", 1, false, fmt.Sprint(i))
 	}

@@ -24,11 +24,7 @@ type soakWorker struct {
 }
 
 func startSoakWorker(t *testing.T, addr, id string, seen *sync.Map, dups *atomic.Int64) *soakWorker {
-	cp := rawV5(id, true)
-	cp.Props.Set(packet.PropReceiveMaximum)
-	cp.Props.ReceiveMaximum = 32
-	c, _ := brokertest.Connect(t, addr, cp)
-	c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/soak/plant/+/+/telemetry"), QoS: 1}}})
+	c := windowSub(t, addr, id, "$share/soak/plant/+/+/telemetry", 32, 0)
 	w := &soakWorker{c: c, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)

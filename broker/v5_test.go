@@ -464,11 +464,7 @@ func TestV5TopicAliases(t *testing.T) {
 
 func TestV5ReceiveMaximumIsASendQuota(t *testing.T) {
 	_, addr := brokertest.RunServer(t, broker.Options{})
-	cp := rawV5("slow", true)
-	cp.Props.Set(packet.PropReceiveMaximum)
-	cp.Props.ReceiveMaximum = 2
-	sub, _ := brokertest.Connect(t, addr, cp)
-	sub.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("w"), QoS: 1}}})
+	sub := windowSub(t, addr, "slow", "w", 2, 0)
 	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
 	for i := range 5 {
 		pub.pub("w", 1, false, fmt.Sprint(i))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/broker/packet"
 )
 
@@ -132,4 +133,17 @@ func codes(rs []packet.ReasonCode) string {
 		b[i] = byte(r)
 	}
 	return fmt.Sprint(b)
+}
+
+// windowSub connects a raw v5 client that advertises Receive Maximum window
+// (with a Session Expiry Interval expiry, 0 for none) and subscribes it to
+// filter at QoS 1: the "slow worker" of many tests.
+func windowSub(t testing.TB, addr, id, filter string, window uint16, expiry uint32) *brokertest.Client {
+	t.Helper()
+	cp := withExpiry(rawV5(id, true), expiry)
+	cp.Props.Set(packet.PropReceiveMaximum)
+	cp.Props.ReceiveMaximum = window
+	c, _ := brokertest.Connect(t, addr, cp)
+	c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte(filter), QoS: 1}}})
+	return c
 }
