@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/broker/packet"
 )
 
@@ -44,11 +45,12 @@ func (c *crashTracker) missing(acked []uint64) (missing int, dups int) {
 	return missing, dups
 }
 
-// mqttConn is a minimal v5 client over one TCP connection, for a process
-// that may die at any moment.
+// mqttConn is a v5 client over one TCP connection, for a process that may
+// die at any moment: unlike brokertest.Connect it reports failures instead
+// of failing the test, so the caller can reconnect.
 type mqttConn struct {
-	nc  net.Conn
-	buf []byte
+	*brokertest.Client
+	nc net.Conn
 }
 
 func dialMQTT(addr, id string, clean bool) (*mqttConn, bool, error) {
@@ -56,7 +58,8 @@ func dialMQTT(addr, id string, clean bool) (*mqttConn, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	c := &mqttConn{nc: nc}
+	// brokertest.Client's Read never fails the test itself.
+	c := &mqttConn{Client: &brokertest.Client{Conn: nc, Version: packet.V5}, nc: nc}
 	cp := packet.Connect{ProtocolName: []byte("MQTT"), Version: packet.V5, ClientID: []byte(id), CleanStart: clean}
 	cp.Props.Set(packet.PropSessionExpiry)
 	cp.Props.SessionExpiry = 3600
@@ -84,24 +87,7 @@ func (c *mqttConn) write(b []byte) error {
 }
 
 func (c *mqttConn) read(timeout time.Duration) (packet.FixedHeader, []byte, error) {
-	c.nc.SetReadDeadline(time.Now().Add(timeout))
-	tmp := make([]byte, 4096)
-	for {
-		h, hl, err := packet.ReadFrame(c.buf, 0)
-		if err != nil {
-			return h, nil, err
-		}
-		if hl > 0 && len(c.buf) >= hl+h.Remaining {
-			body := append([]byte(nil), c.buf[hl:hl+h.Remaining]...)
-			c.buf = c.buf[hl+h.Remaining:]
-			return h, body, nil
-		}
-		n, err := c.nc.Read(tmp)
-		c.buf = append(c.buf, tmp[:n]...)
-		if err != nil && n == 0 {
-			return h, nil, err
-		}
-	}
+	return c.Client.Read(timeout)
 }
 
 // TestCrashRecovery is the persistence acceptance test: a real linemq
