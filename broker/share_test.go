@@ -329,7 +329,9 @@ func TestShareHashStrategies(t *testing.T) {
 		workers[i].sub("$share/bypub/pubs/#", 1)
 	}
 	owner := func() int {
-		for {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
 			for i, w := range workers {
 				select {
 				case <-w.msgs:
@@ -339,6 +341,8 @@ func TestShareHashStrategies(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+		t.Fatal("no worker received the message within 5s")
+		return -1
 	}
 	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
 	owners := map[string]int{}
