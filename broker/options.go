@@ -46,8 +46,8 @@ type Options struct {
 	// MaxQueuedTotal bounds the messages queued in all sessions together,
 	// so that many offline sessions cannot exhaust the gateway's memory.
 	// Past it, each session that queues one more message drops one of its
-	// own by the same policy (QoS 0 first, then the oldest). Default 0: no
-	// global bound beyond MaxQueuedMessages per session.
+	// own by the same policy (QoS 0 first, then the oldest). Default
+	// 100,000; negative for no global bound.
 	MaxQueuedTotal int
 
 	// QueueQoS0 queues QoS 0 messages for offline persistent sessions, within
@@ -62,6 +62,31 @@ type Options struct {
 
 	// MaxClientIDLength is the longest client identifier accepted. Default 256.
 	MaxClientIDLength int
+
+	// MaxTopicLevels bounds the levels of a topic name or filter (a filter's
+	// $share/<name>/ prefix not counted). Deep filters cost memory in the
+	// subscription index; a filter over the bound is refused (0x8F v5,
+	// 0x80 3.1.1) and a PUBLISH to a topic over it ends the connection with
+	// 0x90 Topic Name invalid. Default 128; negative for no bound.
+	MaxTopicLevels int
+
+	// MaxTopicLength bounds the length in bytes of a topic name or filter,
+	// refused like MaxTopicLevels. Default 4096; negative for the
+	// protocol's own limit of 65535.
+	MaxTopicLength int
+
+	// MaxPendingBytesTotal bounds the encoded bytes waiting to be written to
+	// all connections together, so that many clients that stop reading
+	// cannot exhaust memory: past it, QoS 0 messages to a connection with
+	// bytes already pending are dropped (counted) and QoS 1/2 messages stay
+	// queued until writes make room. Default 256 MiB; negative for none.
+	MaxPendingBytesTotal int
+
+	// PartialPacketTimeout is how long a packet that has started to arrive
+	// may take to arrive completely; a client that sends part of a packet
+	// and stops is disconnected, so that half-sent packets cannot pin read
+	// buffers forever. Default 30 s; negative for none.
+	PartialPacketTimeout time.Duration
 
 	// ConnectTimeout is how long a new connection may take to send CONNECT.
 	// Default 10 s.
@@ -123,6 +148,11 @@ const (
 	DefaultConnectTimeout    = 10 * time.Second
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultIdleParkAfter     = time.Second
+	DefaultMaxQueuedTotal    = 100_000
+	DefaultMaxTopicLevels    = 128
+	DefaultMaxTopicLength    = 4096
+	DefaultMaxPendingTotal   = 256 << 20
+	DefaultPartialPacketTime = 30 * time.Second
 )
 
 // Validate reports the first option that is out of range.
@@ -147,7 +177,7 @@ func (o *Options) Validate() error {
 		name string
 		v    int
 	}{{"MaxQueuedMessages", o.MaxQueuedMessages}, {"MaxPendingBytes", o.MaxPendingBytes},
-		{"MaxClientIDLength", o.MaxClientIDLength}, {"MaxQueuedTotal", o.MaxQueuedTotal}} {
+		{"MaxClientIDLength", o.MaxClientIDLength}} {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("broker: %s %d is negative", n.name, n.v))
 		}
@@ -159,6 +189,19 @@ func (o *Options) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// limitOrDefault resolves a limit whose zero value means its default and
+// whose negative values mean "no limit": it returns d for 0, 0 (no limit)
+// for a negative value, and v otherwise.
+func limitOrDefault(v, d int) int {
+	switch {
+	case v == 0:
+		return d
+	case v < 0:
+		return 0
+	}
+	return v
 }
 
 // withDefaults returns a copy of o with zero values replaced by defaults.
@@ -182,6 +225,18 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxClientIDLength == 0 {
 		o.MaxClientIDLength = DefaultMaxClientIDLength
+	}
+	o.MaxQueuedTotal = limitOrDefault(o.MaxQueuedTotal, DefaultMaxQueuedTotal)
+	o.MaxTopicLevels = limitOrDefault(o.MaxTopicLevels, DefaultMaxTopicLevels)
+	o.MaxTopicLength = limitOrDefault(o.MaxTopicLength, DefaultMaxTopicLength)
+	if o.MaxTopicLength == 0 || o.MaxTopicLength > 65535 {
+		o.MaxTopicLength = 65535
+	}
+	o.MaxPendingBytesTotal = limitOrDefault(o.MaxPendingBytesTotal, DefaultMaxPendingTotal)
+	if o.PartialPacketTimeout == 0 {
+		o.PartialPacketTimeout = DefaultPartialPacketTime
+	} else if o.PartialPacketTimeout < 0 {
+		o.PartialPacketTimeout = 0
 	}
 	if o.ConnectTimeout == 0 {
 		o.ConnectTimeout = DefaultConnectTimeout
