@@ -163,7 +163,12 @@ type WillRecord struct {
 
 // MessageRecord is a message queued or in flight to one session.
 type MessageRecord struct {
-	Seq         uint64 // order within the session
+	Seq uint64 // order within the session
+	// MessageID identifies Message among the records of all sessions: a
+	// message queued to many sessions has one id, so that a Store can keep
+	// its body once and hand back one shared *Message at Load. 0 means the
+	// record does not share its body.
+	MessageID   uint64
 	Message     *Message
 	QoS         byte   // QoS it is delivered at
 	Retain      bool   // RETAIN flag to deliver with
