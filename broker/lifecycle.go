@@ -10,6 +10,13 @@ import (
 // session over from any connection that holds it [MQTT-3.1.4-3], and
 // queues the CONNACK (made by connack, told whether a session is present)
 // before anything the session has to resend. It reports session present.
+//
+// The session is chosen, bound to c and given its CONNACK in one critical
+// section under srv.mu: a CONNECT for the same client id arriving a moment
+// later must find this connection in place and take the session over from
+// it. Were the binding done after srv.mu is released, that CONNECT could
+// find the session without a connection, kick nobody, and leave two live
+// connections on one client id.
 func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(present bool) []byte) bool {
 	var (
 		oldConn  *conn
@@ -46,19 +53,12 @@ func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(
 		present = true // [MQTT-3.2.2-3]
 	}
 	srv.sessions[clientID] = sess
-	srv.mu.Unlock()
-
 	if oldConn != nil {
+		// Marked before the new connection is visible, so that the old
+		// one's teardown knows it was taken over.
 		oldConn.wmu.Lock()
 		oldConn.takeover, oldConn.cleanTO = true, cleanStart
 		oldConn.wmu.Unlock()
-		oldConn.kick(packet.SessionTakenOver)
-	}
-	if ended != nil {
-		srv.endSession(ended)
-	}
-	if oldWill != nil {
-		srv.publishWill(oldWill, now)
 	}
 
 	sess.mu.Lock()
@@ -81,9 +81,22 @@ func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(
 	}
 	c.wmu.Unlock()
 	if present {
+		// Resent before anything new can be delivered, in their original
+		// order [MQTT-4.6.0-1].
 		sess.resumeLocked()
 	}
 	sess.mu.Unlock()
+	srv.mu.Unlock()
+
+	if oldConn != nil {
+		oldConn.kick(packet.SessionTakenOver)
+	}
+	if ended != nil {
+		srv.endSession(ended)
+	}
+	if oldWill != nil {
+		srv.publishWill(oldWill, now)
+	}
 	c.signal()
 	return present
 }
