@@ -68,7 +68,7 @@ func (c *conn) handleConnect(body []byte) error {
 
 	// The will is checked now, so a client learns at once that it is unusable.
 	if p.WillFlag {
-		if err := topic.ValidateName(p.WillTopic); err != nil {
+		if err := topic.ValidateName(p.WillTopic); err != nil || c.srv.tooDeep(string(p.WillTopic)) {
 			return c.refuse(c.version, packet.TopicNameInvalid)
 		}
 		if p.WillRetain && opts.DisableRetain {

@@ -20,6 +20,7 @@ var (
 	errBadAlias        = &packet.Error{Code: packet.TopicAliasInvalid, Reason: "topic alias above the maximum"}                    // [MQTT-3.3.2-9]
 	errUnknownAlias    = &packet.Error{Code: packet.ProtocolError, Reason: "topic alias not yet mapped to a topic"}                // section 3.3.2.3.4
 	errBadTopicName    = &packet.Error{Code: packet.TopicNameInvalid, Reason: "topic name with wildcards or empty"}                // [MQTT-3.3.2-2]
+	errTopicTooDeep    = &packet.Error{Code: packet.TopicNameInvalid, Reason: "topic name longer or deeper than the broker allows"}
 	errRetainDisabled  = &packet.Error{Code: packet.RetainNotSupported, Reason: "retained publish while retain is not available"}  // section 3.3.1.3, 0x9A
 	errRecvMaxExceeded = &packet.Error{Code: packet.ReceiveMaximumExceeded, Reason: "more unacknowledged QoS 1 and 2 publishes than Receive Maximum"}
 	errNoLocalShared   = &packet.Error{Code: packet.ProtocolError, Reason: "No Local on a shared subscription"} // [MQTT-3.8.3-4]
@@ -119,6 +120,9 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 	if err := topic.ValidateName(name); err != nil {
 		return errBadTopicName
 	}
+	if tooDeep(&c.srv.opts, name) {
+		return errTopicTooDeep
+	}
 	if len(p.Props.SubscriptionIDs) > 0 {
 		return errPubSubID
 	}
@@ -174,7 +178,15 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 			c.needSync = c.needSync || (c.srv.opts.Store != nil && p.QoS > 0)
 		}
 		r := c.router()
-		if n := r.route(c.srv, m, c); n == 0 && v5 {
+		r.route(c.srv, m, c)
+		switch {
+		case r.refused:
+			// A queue was full and nothing acknowledged is ever dropped
+			// (Options.Overload): the publisher learns that not every
+			// subscriber has the message. 0x10 would claim nobody matched.
+			rc = packet.QuotaExceeded
+			r.refused = false
+		case !r.matched && v5:
 			rc = packet.NoMatchingSubscribers
 		}
 		if r.persisted {
@@ -189,12 +201,12 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 	}
 	switch p.QoS {
 	case 1:
-		c.held = append(c.held, heldAck{packet.PUBACK, p.PacketID, rc, wait})
+		c.held = append(c.held, heldAck{t: packet.PUBACK, pid: p.PacketID, rc: rc, wait: wait})
 	case 2:
 		if rc.IsError() {
 			c.forgetInbound(p.PacketID)
 		}
-		c.held = append(c.held, heldAck{packet.PUBREC, p.PacketID, rc, wait})
+		c.held = append(c.held, heldAck{t: packet.PUBREC, pid: p.PacketID, rc: rc, wait: wait})
 	}
 	return nil
 }
@@ -202,10 +214,11 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 // heldAck is a PUBACK or PUBREC waiting for the end of the read: the
 // acknowledgement goes out only once what it acknowledges is durable.
 type heldAck struct {
-	t    packet.Type
-	pid  uint16
-	rc   packet.ReasonCode
-	wait *session // a congested share-group member to wait for, or nil
+	t     packet.Type // PUBACK, PUBREC, SUBACK or UNSUBACK
+	pid   uint16
+	rc    packet.ReasonCode
+	wait  *session   // a congested share-group member to wait for, or nil
+	reply *heldReply // a SUBACK's or UNSUBACK's reasons, nil otherwise
 }
 
 // errStoreFailed ends a 3.1.1 connection whose publish could not be made
@@ -245,6 +258,10 @@ func (c *conn) sendAcks(held []heldAck, err error) {
 		return
 	}
 	for _, a := range held {
+		if a.reply != nil {
+			c.sendReply(a, err)
+			continue
+		}
 		rc := a.rc
 		if err != nil && !rc.IsError() {
 			rc = packet.QuotaExceeded

@@ -1,9 +1,11 @@
 package broker_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -110,4 +112,212 @@ func TestTakeoverRaceOneConnectionPerID(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pubAck publishes one QoS 1 message from a raw v5 client and returns the
+// PUBACK's reason code.
+func pubAck(t *testing.T, c *brokertest.Client, pid uint16, topic, payload string) packet.ReasonCode {
+	t.Helper()
+	c.Publish(&packet.Publish{Topic: []byte(topic), QoS: 1, PacketID: pid, Payload: []byte(payload)})
+	var a packet.Ack
+	c.Expect(packet.PUBACK, &a)
+	if a.PacketID != pid {
+		t.Fatalf("PUBACK for %d, want %d", a.PacketID, pid)
+	}
+	return a.Reason
+}
+
+// expectPayloads reads PUBLISHes (acknowledging QoS 1) and fails unless
+// their payloads are want, in order, with nothing after.
+func expectPayloads(t *testing.T, c *brokertest.Client, want ...string) {
+	t.Helper()
+	var got []string
+	for range want {
+		var p packet.Publish
+		c.Expect(packet.PUBLISH, &p)
+		got = append(got, string(p.Payload))
+		if p.QoS == 1 {
+			c.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, c.Version))
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+	c.ExpectNothing(100 * time.Millisecond)
+}
+
+// TestOverflowNeverAcksAndDrops is issue 9's loss case: with the default
+// overload policy a full queue, plain or shared, online or offline, refuses
+// the new message (v5 PUBACK 0x97) instead of acknowledging it and dropping
+// it or another acknowledged one, and never answers 0x10 No matching
+// subscribers to a publish that matched.
+func TestOverflowNeverAcksAndDrops(t *testing.T) {
+	for _, filter := range []string{"of/t", "$share/g/of/t"} {
+		t.Run(filter, func(t *testing.T) {
+			srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedMessages: 3})
+			sub, _ := brokertest.Connect(t, addr, withExpiry(rawV5("member", true), 300))
+			sub.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte(filter), QoS: 1}}})
+			sub.Conn.Close()
+			brokertest.Eventually(t, 5*time.Second, "member offline", func() bool { return srv.Stats().ClientsConnected == 0 })
+
+			pub, _ := brokertest.Connect(t, addr, rawV5("pub", true))
+			var rcs []packet.ReasonCode
+			for i := range 6 {
+				rcs = append(rcs, pubAck(t, pub, uint16(i+1), "of/t", fmt.Sprint(i)))
+			}
+			want := []packet.ReasonCode{0, 0, 0, packet.QuotaExceeded, packet.QuotaExceeded, packet.QuotaExceeded}
+			if fmt.Sprint(rcs) != fmt.Sprint(want) {
+				t.Fatalf("PUBACK reasons %v, want %v", rcs, want)
+			}
+			st := srv.Stats()
+			if st.DroppedQueueFull != 0 {
+				t.Errorf("DroppedQueueFull %d, want 0", st.DroppedQueueFull)
+			}
+			if filter == "of/t" && st.RefusedQueueFull != 3 {
+				t.Errorf("RefusedQueueFull %d, want 3", st.RefusedQueueFull)
+			}
+			sub, _ = brokertest.Connect(t, addr, withExpiry(rawV5("member", false), 300))
+			expectPayloads(t, sub, "0", "1", "2")
+
+			// Drained: accepted again.
+			if rc := pubAck(t, pub, 7, "of/t", "6"); rc != packet.Success {
+				t.Fatalf("after draining: PUBACK %v, want success", rc)
+			}
+			expectPayloads(t, sub, "6")
+		})
+	}
+}
+
+// TestOverflowOtherClientsUnaffected: one subscriber's full queue refuses
+// only what it cannot take; another subscriber of the same topic gets every
+// message, and a group with a live member is not refused.
+func TestOverflowOtherClientsUnaffected(t *testing.T) {
+	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedMessages: 2})
+	off, _ := brokertest.Connect(t, addr, withExpiry(rawV5("offline", true), 300))
+	off.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("x/#"), QoS: 1}}})
+	off.Conn.Close()
+	brokertest.Eventually(t, 5*time.Second, "offline", func() bool { return srv.Stats().ClientsConnected == 0 })
+	live := windowSub(t, addr, "live", "x/#", 100, 0)
+	pub, _ := brokertest.Connect(t, addr, rawV5("pub", true))
+	var refused int
+	const n = 20
+	for i := range n {
+		if pubAck(t, pub, uint16(i+1), "x/y", fmt.Sprint(i)) == packet.QuotaExceeded {
+			refused++
+		}
+	}
+	if refused != n-2 {
+		t.Fatalf("%d refused, want %d (the offline queue holds 2)", refused, n-2)
+	}
+	want := make([]string, n)
+	for i := range want {
+		want[i] = fmt.Sprint(i)
+	}
+	expectPayloads(t, live, want...)
+}
+
+// TestRetainedFloodReachesNewSubscriber: a new subscriber of 20,000
+// retained messages gets every one of them, at QoS 0 under a small
+// pending-bytes bound and at QoS 1 under a small window, instead of the
+// first megabyte or so (issue 9, item 3).
+func TestRetainedFloodReachesNewSubscriber(t *testing.T) {
+	const n = 20000
+	srv, addr := brokertest.RunServer(t, broker.Options{MaxPendingBytes: 64 << 10, MaxQueuedMessages: 100})
+	pub, _ := brokertest.Connect(t, addr, rawV5("retainer", true))
+	payload := make([]byte, 100)
+	var buf []byte
+	for i := range n {
+		buf = (&packet.Publish{Topic: fmt.Appendf(nil, "dev/%d", i), Retain: true, Payload: payload}).Append(buf, packet.V5)
+		if len(buf) > 32<<10 || i == n-1 {
+			pub.Send(buf)
+			buf = buf[:0]
+		}
+	}
+	brokertest.Eventually(t, 10*time.Second, "all retained", func() bool { return srv.Stats().Retained == n })
+
+	for _, qos := range []byte{0, 1} {
+		t.Run(fmt.Sprintf("qos%d", qos), func(t *testing.T) {
+			cp := rawV5(fmt.Sprintf("reader-%d", qos), true)
+			cp.Props.Set(packet.PropReceiveMaximum)
+			cp.Props.ReceiveMaximum = 10
+			sub, _ := brokertest.Connect(t, addr, cp)
+			sub.Send((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("dev/#"), QoS: qos}}}).Append(nil, packet.V5))
+			seen := make(map[string]bool, n)
+			gotSuback := false
+			for len(seen) < n {
+				h, body, err := sub.Read(10 * time.Second)
+				if err != nil {
+					t.Fatalf("after %d retained messages: %v", len(seen), err)
+				}
+				switch h.Type {
+				case packet.SUBACK:
+					gotSuback = true
+				case packet.PUBLISH:
+					if !gotSuback {
+						t.Fatal("a retained message before the SUBACK")
+					}
+					var p packet.Publish
+					if err := p.Decode(packet.V5, h.Flags, body); err != nil {
+						t.Fatal(err)
+					}
+					if !p.Retain {
+						t.Fatalf("%s without RETAIN", p.Topic)
+					}
+					seen[string(p.Topic)] = true
+					if p.QoS == 1 {
+						sub.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+					}
+				}
+			}
+			sub.ExpectNothing(100 * time.Millisecond)
+			if st := srv.Stats(); st.DroppedQoS0+st.DroppedQueueFull+st.RefusedQueueFull != 0 {
+				t.Fatalf("drops: %+v", st)
+			}
+		})
+	}
+}
+
+// TestDeepFiltersRefused: deep or long filters and topics are refused with
+// the documented codes, cheaply, and other clients carry on.
+func TestDeepFiltersRefused(t *testing.T) {
+	srv, addr := brokertest.RunServer(t, broker.Options{})
+	pair := newRobustPair(t, addr, "deep", packet.V5, 60)
+	deep := bytes.Repeat([]byte("/"), 65000) // 65,001 empty levels
+	var subs []packet.Subscription
+	for range 15 {
+		subs = append(subs, packet.Subscription{Filter: deep})
+	}
+	for _, v := range []packet.Version{packet.V5, packet.V311} {
+		c, _ := brokertest.Connect(t, addr, &packet.Connect{Version: v, ClientID: []byte("deep-" + fmt.Sprint(v)), CleanStart: true})
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		before := ms.HeapInuse
+		ack := c.Subscribe(&packet.Subscribe{PacketID: 1, Subs: append(subs, packet.Subscription{Filter: []byte("ok/#")})})
+		want := packet.TopicFilterInvalid
+		if v == packet.V311 {
+			want = 0x80
+		}
+		for i, rc := range ack.Reasons[:15] {
+			if rc != want {
+				t.Fatalf("%v: filter %d: %#x, want %#x", v, i, byte(rc), byte(want))
+			}
+		}
+		if ack.Reasons[15] != 0 {
+			t.Fatalf("%v: the valid filter got %#x", v, byte(ack.Reasons[15]))
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		if grew := int64(ms.HeapInuse) - int64(before); grew > 8<<20 {
+			t.Errorf("%v: refusing deep filters grew the heap by %d MiB", v, grew>>20)
+		}
+		// A PUBLISH to a topic over the bound ends the connection: 0x90.
+		c.Publish(&packet.Publish{Topic: bytes.Repeat([]byte("a/"), 200)[:399]})
+		c.ExpectDisconnect(packet.TopicNameInvalid)
+	}
+	pair.check(t)
+	// The deep clients' clean sessions ended with their connections.
+	brokertest.Eventually(t, 5*time.Second, "only the pair's subscription left", func() bool {
+		return srv.Stats().Subscriptions == 1
+	})
 }

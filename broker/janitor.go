@@ -33,7 +33,7 @@ func (srv *Server) sweepExpired() {
 		keep := ring{total: s.queue.total}
 		for s.queue.len() > 0 {
 			d := s.queue.pop()
-			if d.msg.expired(now) {
+			if d.feed == nil && d.msg.expired(now) {
 				s.forgetMsgLocked(&d)
 				srv.stats.expired.Add(1)
 				continue

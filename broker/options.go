@@ -50,6 +50,19 @@ type Options struct {
 	// 100,000; negative for no global bound.
 	MaxQueuedTotal int
 
+	// Overload is what happens when a session cannot take a QoS 1 or 2
+	// message because its queue holds MaxQueuedMessages (or the broker
+	// MaxQueuedTotal). "backpressure" (the default) never drops a message
+	// it acknowledged: the new message is refused for that session, and a
+	// v5 publisher learns it from PUBACK/PUBREC 0x97 Quota exceeded (a
+	// 3.1.1 publisher has no negative acknowledgement: the message is
+	// dropped for that session, counted and logged). A queued QoS 0
+	// message, never promised, is dropped to make room first. "drop_oldest"
+	// drops the oldest queued message instead (QoS 0 first) and accepts the
+	// new one, for subscribers that prefer fresh data. Share groups follow
+	// ShareOptions.Overload, which defaults to this.
+	Overload string
+
 	// QueueQoS0 queues QoS 0 messages for offline persistent sessions, within
 	// MaxQueuedMessages; they are kept in memory only. Default false: QoS 0
 	// messages to an offline client are dropped, as in Mosquitto.
@@ -185,6 +198,9 @@ func (o *Options) Validate() error {
 	if o.ConnectTimeout < 0 || o.WriteTimeout < 0 {
 		errs = append(errs, errors.New("broker: timeouts must not be negative"))
 	}
+	if err := validOverload(o.Overload); err != nil {
+		errs = append(errs, fmt.Errorf("broker: Overload: %w", err))
+	}
 	if err := o.Shares.validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -246,6 +262,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.IdleParkAfter == 0 {
 		o.IdleParkAfter = DefaultIdleParkAfter
+	}
+	if o.Overload == "" {
+		o.Overload = OverloadBackpressure
+	}
+	if o.Shares.Overload == "" {
+		o.Shares.Overload = o.Overload
 	}
 	if o.Clock == nil {
 		o.Clock = systemClock{}

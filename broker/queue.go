@@ -15,6 +15,21 @@ type delivery struct {
 	stored   bool   // the Store has a record of it
 	subIDs   subIDs
 	group    *shareGroup // share group it was picked for, nil if ordinary
+	// feed, when set, makes this entry a place holder for the retained
+	// messages a new subscription receives: they are sent from here one by
+	// one as the send window allows, ahead of anything queued after the
+	// SUBSCRIBE and behind anything queued before. msg is the next of them.
+	feed *retainedFeed
+}
+
+// retainedFeed is what is left to send of the retained messages matching a
+// new subscription. Sending them under the client's window, rather than
+// queueing them all at once, lets a subscriber receive any number of them
+// without overflowing its queue or its pending-bytes bound.
+type retainedFeed struct {
+	msgs []*Message
+	qos  byte // the subscription's granted QoS
+	ids  subIDs
 }
 
 // subIDs holds the subscription identifiers of a delivery without
@@ -54,6 +69,7 @@ type ring struct {
 	buf   []delivery
 	head  int
 	n     int
+	qos0  int           // QoS 0 entries, so that a full queue finds its victim in O(1) when there are none
 	total *atomic.Int64 // the server-wide count of queued messages, or nil
 }
 
@@ -82,6 +98,9 @@ func (r *ring) push(d delivery) {
 	}
 	r.buf[(r.head+r.n)%len(r.buf)] = d
 	r.n++
+	if d.qos == 0 {
+		r.qos0++
+	}
 	r.count(1)
 }
 
@@ -90,6 +109,9 @@ func (r *ring) pop() delivery {
 	r.buf[r.head] = delivery{}
 	r.head = (r.head + 1) % len(r.buf)
 	r.n--
+	if d.qos == 0 {
+		r.qos0--
+	}
 	r.count(-1)
 	if r.n == 0 {
 		r.head = 0
@@ -110,6 +132,21 @@ func (r *ring) removeAt(i int) delivery {
 	for j := i; j > 0; j-- {
 		*r.at(j) = *r.at(j - 1)
 	}
+	*r.at(0) = d // so that pop accounts for the removed entry's QoS
 	r.pop()
 	return d
+}
+
+// oldestQoS0 returns the position of the oldest QoS 0 entry, or -1. It
+// costs nothing when the queue holds none, the common case.
+func (r *ring) oldestQoS0() int {
+	if r.qos0 == 0 {
+		return -1
+	}
+	for i := 0; i < r.n; i++ {
+		if r.at(i).qos == 0 {
+			return i
+		}
+	}
+	return -1
 }

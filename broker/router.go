@@ -5,6 +5,8 @@ package broker
 type router struct {
 	owner     *conn
 	persisted bool     // a delivery wrote to the Store since the last reset
+	matched   bool     // the last message matched a subscription or a group
+	refused   bool     // a session or group refused a message (queue full) since the last reset
 	congested *session // a member past its high-water mark since the last reset
 	targets   []target
 	index     map[*session]int
@@ -27,10 +29,12 @@ type target struct {
 const linearDedupLimit = 16
 
 // route delivers m to every matching ordinary subscriber and to one member
-// of every matching share group. It returns how many sessions took it.
+// of every matching share group. It returns how many sessions took it, and
+// sets r.matched when anything matched (even if none could take it).
 func (r *router) route(srv *Server, m *Message, from *conn) int {
 	subs := srv.subs.Match(m.topicBytes)
 	r.targets = r.targets[:0]
+	r.matched = false
 	useMap := len(subs) > linearDedupLimit
 	if useMap {
 		if r.index == nil {
@@ -77,11 +81,14 @@ func (r *router) route(srv *Server, m *Message, from *conn) int {
 		if res.ok {
 			n++
 		}
+		r.refused = r.refused || res.refused
 		r.persisted = r.persisted || res.persisted
 		r.touch(res.conn)
 	}
+	r.matched = len(r.targets) > 0
 	clear(r.targets)
 	for _, g := range srv.shares.Match(m.topicBytes) {
+		r.matched = true
 		if g.dispatch(m, r) {
 			n++
 		}

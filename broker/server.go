@@ -69,7 +69,6 @@ func New(opts Options) (*Server, error) {
 	}
 	s.scratch.New = func() any { return new(scratch) }
 	s.outPubs.New = func() any { return new(packet.Publish) }
-	s.retained.init()
 	if o.Store != nil {
 		if err := s.restore(context.Background()); err != nil {
 			return nil, err

@@ -45,6 +45,7 @@ type session struct {
 	disconnectedAt time.Time // when the last connection ended
 
 	dropped      uint64 // messages dropped for this session (queue full, too large)
+	overflowing  bool   // the queue overflowed and has not drained to half since: logged once
 	disconnects  uint64 // connections that ended
 	redeliveries uint64 // PUBLISH packets resent with DUP after a reconnect
 
@@ -65,15 +66,20 @@ func newSession(srv *Server, id string, v packet.Version) *session {
 
 // verdict tells a share group whether the session can take a message at
 // QoS qos now: Take when it can be sent at once, Full when it would have to
-// wait for the send window, Skip when it cannot be accepted at all.
-func (s *session) verdict(qos byte) share.Verdict {
+// wait for the send window, Skip when it cannot be accepted at all. An
+// offline member whose queue is full can take one only where the group
+// drops the oldest (dropOldest); under backpressure it is passed over.
+func (s *session) verdict(qos byte, dropOldest bool) share.Verdict {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.ended:
 		return share.Skip
 	case s.conn == nil:
-		if (qos == 0 && !s.queuesQoS0Locked()) || s.queue.len() >= s.srv.opts.MaxQueuedMessages {
+		if qos == 0 && !s.queuesQoS0Locked() {
+			return share.Skip
+		}
+		if s.queueFullLocked() && !dropOldest && (qos == 0 || s.queue.qos0 == 0) {
 			return share.Skip
 		}
 		return share.Full
@@ -135,20 +141,85 @@ func (s *session) deliver(m *Message, qos byte, retain bool, ids *subIDs, g *sha
 		s.sendNewLocked(d, now)
 		return deliverResult{conn: s.conn, ok: true, persisted: persisted}
 	}
-	soft := g != nil && g.backpressure
-	s.saveMsgLocked(&d) // before the queue takes its copy, which must know it is stored
-	s.enqueueSoftLocked(d, soft)
 	res := deliverResult{ok: true, persisted: persisted}
-	if soft && s.queue.len() >= s.srv.opts.MaxQueuedMessages {
+	switch {
+	case !s.queueFullLocked():
+	case g != nil && g.backpressure:
+		// A group passes over full members while another has room; it
+		// picked this one because none has. The queue grows past its
+		// limit and the publisher's acknowledgement waits for it to
+		// drain, which bounds the queue by the publishers' windows.
 		res.congested = s
+	case s.dropsOldest(g):
+		s.dropOldestLocked()
+	case s.queue.qos0 > 0:
+		// A QoS 0 message was never promised: it makes room first.
+		s.dropLocked(s.queue.oldestQoS0())
+	default:
+		// Backpressure: nothing acknowledged is ever dropped, so the new
+		// message is refused for this session instead.
+		s.overflowLocked()
+		s.srv.stats.refusedQueueFull.Add(1)
+		return deliverResult{refused: true}
 	}
+	s.saveMsgLocked(&d) // before the queue takes its copy, which must know it is stored
+	s.queue.push(d)
 	return res
+}
+
+// queueFullLocked reports whether the session's queue is at its limit, or
+// the broker's total is and this session holds some of it.
+func (s *session) queueFullLocked() bool {
+	o := &s.srv.opts
+	return s.queue.len() >= o.MaxQueuedMessages ||
+		(o.MaxQueuedTotal > 0 && s.srv.queued.Load() >= int64(o.MaxQueuedTotal) && s.queue.len() > 0)
+}
+
+// dropsOldest reports whether an overflow for group g (nil: an ordinary
+// subscription) drops the oldest queued message rather than refusing.
+func (s *session) dropsOldest(g *shareGroup) bool {
+	if g != nil {
+		return !g.backpressure
+	}
+	return s.srv.opts.Overload == OverloadDropOldest
+}
+
+// dropOldestLocked makes room in a full queue by the drop_oldest policy:
+// the oldest QoS 0 entry, else the oldest entry.
+func (s *session) dropOldestLocked() {
+	victim := s.queue.oldestQoS0()
+	if victim < 0 {
+		victim = 0
+	}
+	s.dropLocked(victim)
+}
+
+// dropLocked removes the i-th queued delivery, counted as a queue-full drop.
+func (s *session) dropLocked(i int) {
+	old := s.queue.removeAt(i)
+	s.forgetMsgLocked(&old)
+	s.dropped++
+	s.srv.stats.droppedQueueFull.Add(1)
+	s.overflowLocked()
+}
+
+// overflowLocked notes that the session's queue overflowed; the first
+// overflow of an episode is logged, the rest only counted, until the queue
+// has drained to half its limit.
+func (s *session) overflowLocked() {
+	if s.overflowing {
+		return
+	}
+	s.overflowing = true
+	s.srv.log.Warn("session queue full", "client", s.id, "queued", s.queue.len(),
+		"online", s.conn != nil, "overload", s.srv.opts.Overload)
 }
 
 // deliverResult is what deliver did with a message.
 type deliverResult struct {
 	conn      *conn    // has bytes to flush, or nil
 	ok        bool     // the session took the message
+	refused   bool     // the session's queue is full and the message was refused
 	persisted bool     // the Store was written to
 	congested *session // a share-group member past its high-water mark: hold the publisher's ack
 }
@@ -168,29 +239,23 @@ func (s *session) queuesQoS0Locked() bool {
 	return s.srv.opts.QueueQoS0 && s.expiry != 0
 }
 
-// enqueueLocked appends d to the queue, dropping per the drop policy when the
-// queue is at its limit: a QoS 0 entry first, otherwise the oldest.
-func (s *session) enqueueLocked(d delivery) { s.enqueueSoftLocked(d, false) }
-
-// enqueueSoftLocked is enqueueLocked where soft lets the queue grow past its
-// limit: share groups in backpressure mode hold their publishers'
-// acknowledgements instead of dropping what was acknowledged, which bounds
-// the queue by the publishers' windows.
-func (s *session) enqueueSoftLocked(d delivery, soft bool) {
-	full := s.queue.len() >= s.srv.opts.MaxQueuedMessages ||
-		(s.srv.opts.MaxQueuedTotal > 0 && s.srv.queued.Load() >= int64(s.srv.opts.MaxQueuedTotal) && s.queue.len() > 0)
-	if !soft && full {
-		victim := 0
-		for i := 0; i < s.queue.len(); i++ {
-			if s.queue.at(i).qos == 0 {
-				victim = i
-				break
-			}
+// enqueueLocked appends a QoS 0 delivery for an offline session. QoS 0 is
+// never promised, so a full queue drops (counted) rather than refuses:
+// another QoS 0 entry, or the oldest entry under drop_oldest, or the new
+// message itself.
+func (s *session) enqueueLocked(d delivery) {
+	if s.queueFullLocked() {
+		victim := s.queue.oldestQoS0()
+		if victim < 0 && s.dropsOldest(nil) {
+			victim = 0
 		}
-		old := s.queue.removeAt(victim)
-		s.forgetMsgLocked(&old)
-		s.dropped++
-		s.srv.stats.droppedQueueFull.Add(1)
+		if victim < 0 {
+			s.dropped++
+			s.srv.stats.droppedQoS0.Add(1)
+			s.overflowLocked()
+			return
+		}
+		s.dropLocked(victim)
 	}
 	s.queue.push(d)
 }
@@ -314,6 +379,13 @@ func (s *session) pumpLocked() {
 	}
 	now := s.srv.clock.Now()
 	for s.queue.len() > 0 && s.windowOpenLocked() {
+		if head := s.queue.at(0); head.feed != nil {
+			if !s.feedLocked(head, now) {
+				break
+			}
+			s.queue.pop()
+			continue
+		}
 		d := s.queue.pop()
 		if d.qos == 0 {
 			// QoS 0 needs no window and no packet id.
@@ -325,7 +397,55 @@ func (s *session) pumpLocked() {
 		}
 		s.sendNewLocked(d, now)
 	}
+	if s.overflowing && s.queue.len() <= s.srv.opts.MaxQueuedMessages/2 {
+		s.overflowing = false
+	}
 	s.releaseWaitersLocked(false)
+}
+
+// feedLocked sends the retained messages of the feed at the head of the
+// queue while the send window has room. It reports whether the feed is
+// done; otherwise head.msg is the next message to send.
+func (s *session) feedLocked(head *delivery, now time.Time) bool {
+	f := head.feed
+	for len(f.msgs) > 0 {
+		if !s.windowOpenLocked() {
+			head.msg = f.msgs[0]
+			return false
+		}
+		m := f.msgs[0]
+		f.msgs[0] = nil
+		f.msgs = f.msgs[1:]
+		// Retained messages sent for a subscription keep RETAIN set [MQTT-3.3.1-8].
+		d := delivery{msg: m, qos: min(m.QoS, f.qos), retain: true, subIDs: f.ids}
+		if d.qos == 0 {
+			switch s.sendLocked(&d, 0, now) {
+			case tooLarge:
+				s.dropped++
+				s.srv.stats.droppedTooLarge.Add(1)
+			case expiredMsg:
+				s.srv.stats.expired.Add(1)
+			}
+			continue
+		}
+		s.seq++
+		d.seq = s.seq
+		s.sendNewLocked(d, now)
+	}
+	return true
+}
+
+// startFeedLocked queues the retained messages for a new subscription
+// behind what is already queued, and starts sending them.
+func (s *session) startFeedLocked(sub *subscription, msgs []*Message) {
+	if s.ended || len(msgs) == 0 {
+		return
+	}
+	f := &retainedFeed{msgs: msgs, qos: sub.qos}
+	f.ids.add(sub.id)
+	// Its qos is 1 so that the QoS 0 drop rules never pick it as a victim.
+	s.queue.push(delivery{msg: msgs[0], qos: 1, retain: true, feed: f})
+	s.pumpLocked()
 }
 
 // ackWaiter is a publisher's acknowledgement held until this session's

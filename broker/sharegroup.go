@@ -151,13 +151,15 @@ func newShareGroup(srv *Server, key groupKey, opts *ShareOptions) *shareGroup {
 	// One closure per group, made once, so that Pick does not allocate one
 	// per message.
 	g.accept = func(m share.Member[*subscription]) share.Verdict {
-		return m.Value.sess.verdict(min(g.qos, m.Value.qos))
+		return m.Value.sess.verdict(min(g.qos, m.Value.qos), !g.backpressure)
 	}
 	return g
 }
 
 // dispatch hands m to one member of the group. It reports whether a member
-// took it; when none can, the group loses the message and counts it.
+// took it. When none can (every member offline with a full queue, under
+// backpressure), the message is refused: r.refused tells the publisher's
+// acknowledgement, and the group counts it as dropped.
 func (g *shareGroup) dispatch(m *Message, r *router) bool {
 	g.in.Add(1)
 	// A member can end between the pick and the delivery (its session
@@ -198,6 +200,7 @@ func (g *shareGroup) dispatch(m *Message, r *router) bool {
 		return true
 	}
 	g.dropped.Add(1)
+	r.refused = true
 	return false
 }
 

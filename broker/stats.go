@@ -15,6 +15,7 @@ type counters struct {
 	dupQoS2          atomic.Uint64
 	droppedQoS0      atomic.Uint64
 	droppedQueueFull atomic.Uint64
+	refusedQueueFull atomic.Uint64
 	droppedTooLarge  atomic.Uint64
 	expired          atomic.Uint64
 	expiredSessions  atomic.Uint64
@@ -40,7 +41,8 @@ type Stats struct {
 	Acknowledged     uint64 // QoS 1/2 deliveries acknowledged by subscribers
 	DuplicateQoS2    uint64 // QoS 2 resends recognised and not routed again
 	DroppedQoS0      uint64 // QoS 0 messages dropped for a slow or absent client
-	DroppedQueueFull uint64 // messages dropped from a full session queue
+	DroppedQueueFull uint64 // messages dropped from a full session queue (drop_oldest, QoS 0)
+	RefusedQueueFull uint64 // messages refused for a session whose queue was full (backpressure)
 	DroppedTooLarge  uint64 // messages larger than the client's Maximum Packet Size
 	Expired          uint64 // messages whose expiry passed before delivery
 	ExpiredSessions  uint64 // sessions ended by their expiry interval
@@ -75,6 +77,7 @@ func (srv *Server) Stats() Stats {
 		DuplicateQoS2:    c.dupQoS2.Load(),
 		DroppedQoS0:      c.droppedQoS0.Load(),
 		DroppedQueueFull: c.droppedQueueFull.Load(),
+		RefusedQueueFull: c.refusedQueueFull.Load(),
 		DroppedTooLarge:  c.droppedTooLarge.Load(),
 		Expired:          c.expired.Load(),
 		ExpiredSessions:  c.expiredSessions.Load(),

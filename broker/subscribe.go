@@ -26,8 +26,10 @@ type subscription struct {
 }
 
 // handleSubscribe handles SUBSCRIBE: each filter is validated, authorised
-// and granted or refused on its own [MQTT-3.8.4-6]; the SUBACK goes out
-// before the retained messages the new subscriptions receive.
+// and granted or refused on its own [MQTT-3.8.4-6]. The SUBACK is held like
+// a PUBACK until what it promises is durable (a persistent session's
+// subscriptions are on disk), and the retained messages the new
+// subscriptions receive follow it.
 func (c *conn) handleSubscribe(body []byte) error {
 	p := &c.sc.sub
 	if err := p.Decode(c.version, body); err != nil {
@@ -41,12 +43,7 @@ func (c *conn) handleSubscribe(body []byte) error {
 		}
 		subID = p.Props.SubscriptionIDs[0]
 	}
-	type retainedFor struct {
-		sub  *subscription
-		msgs []*Message
-	}
-	var retained []retainedFor
-	reasons := c.reasons[:0]
+	reply := &heldReply{reasons: make([]packet.ReasonCode, 0, len(p.Subs))}
 	for i := range p.Subs {
 		s := &p.Subs[i]
 		filter := string(s.Filter)
@@ -56,19 +53,19 @@ func (c *conn) handleSubscribe(body []byte) error {
 			err = topic.ValidateFilter(s.Filter)
 		}
 		switch {
-		case err != nil:
-			reasons = append(reasons, packet.TopicFilterInvalid)
+		case err != nil || c.srv.tooDeep(tf):
+			reply.reasons = append(reply.reasons, packet.TopicFilterInvalid)
 			continue
 		case shared && s.NoLocal:
 			return errNoLocalShared
 		case shared && opts.DisableSharedSubs:
-			reasons = append(reasons, packet.SharedSubsNotSupported)
+			reply.reasons = append(reply.reasons, packet.SharedSubsNotSupported)
 			continue
 		case opts.DisableWildcardSubs && strings.ContainsAny(tf, "+#"):
-			reasons = append(reasons, packet.WildcardSubsNotSupported)
+			reply.reasons = append(reply.reasons, packet.WildcardSubsNotSupported)
 			continue
 		case !opts.Auth.CanSubscribe(c.info, filter):
-			reasons = append(reasons, packet.NotAuthorized)
+			reply.reasons = append(reply.reasons, packet.NotAuthorized)
 			continue
 		}
 		sub := &subscription{
@@ -84,34 +81,79 @@ func (c *conn) handleSubscribe(body []byte) error {
 		}
 		existed, rc := c.srv.subscribe(sub, shared)
 		if rc.IsError() {
-			reasons = append(reasons, rc)
+			reply.reasons = append(reply.reasons, rc)
 			continue
 		}
-		reasons = append(reasons, packet.ReasonCode(sub.qos))
-		// Retained messages go to new ordinary subscriptions per Retain
-		// Handling [MQTT-3.3.1-9..11], never to shared ones (section 4.8.2).
-		if !shared && (sub.retainHandling == 0 || (sub.retainHandling == 1 && !existed)) {
-			if msgs := c.srv.retained.match(tf, c.srv.clock.Now()); len(msgs) > 0 {
-				retained = append(retained, retainedFor{sub, msgs})
+		reply.reasons = append(reply.reasons, packet.ReasonCode(sub.qos))
+		reply.added = append(reply.added, addedSub{sub: sub, at: len(reply.reasons) - 1, existed: existed})
+	}
+	c.saveSubscriptions()
+	c.held = append(c.held, heldAck{t: packet.SUBACK, pid: p.PacketID, reply: reply})
+	return nil
+}
+
+// heldReply is a SUBACK or UNSUBACK held until the Store has made the
+// change durable, with what the SUBSCRIBE made (undone if it could not).
+type heldReply struct {
+	reasons []packet.ReasonCode
+	added   []addedSub
+}
+
+// addedSub is a subscription a SUBSCRIBE installed; at is its reason
+// code's index in the SUBACK.
+type addedSub struct {
+	sub     *subscription
+	at      int
+	existed bool
+}
+
+// sendReply writes a held SUBACK or UNSUBACK. err is the Store's failure:
+// a SUBSCRIBE that could not be made durable is undone and refused (0x97),
+// an UNSUBSCRIBE is answered 0x80 (its subscriptions are gone from memory
+// but may come back after a restart). Once a SUBACK is out, the new
+// subscriptions receive their retained messages.
+func (c *conn) sendReply(a heldAck, err error) {
+	r := a.reply
+	if err != nil {
+		for _, ad := range r.added {
+			c.srv.unsubscribe(ad.sub)
+			r.reasons[ad.at] = packet.QuotaExceeded
+		}
+		if a.t == packet.UNSUBACK {
+			for i, rc := range r.reasons {
+				if !rc.IsError() {
+					r.reasons[i] = packet.UnspecifiedError
+				}
 			}
 		}
+		r.added = nil
 	}
-	c.reasons = reasons
-	c.saveSubscriptions()
-	ack := packet.Suback{PacketID: p.PacketID, Reasons: reasons}
-	c.scratch = ack.Append(c.scratch[:0], c.version)
-	c.writeBytes(c.scratch)
-	for _, rf := range retained {
-		var ids subIDs
-		ids.add(rf.sub.id)
-		for _, m := range rf.msgs {
-			// Retained messages sent for a subscription keep RETAIN set [MQTT-3.3.1-8].
-			c.sess.deliver(m, min(m.QoS, rf.sub.qos), true, &ids, nil)
-			// The retained message is durable already; a crash only means it
-			// is sent again on the next subscribe.
+	var b []byte
+	if a.t == packet.SUBACK {
+		b = (&packet.Suback{PacketID: a.pid, Reasons: r.reasons}).Append(nil, c.version)
+	} else {
+		b = (&packet.Unsuback{PacketID: a.pid, Reasons: r.reasons}).Append(nil, c.version)
+	}
+	c.writeBytes(b)
+	now := c.srv.clock.Now()
+	for _, ad := range r.added {
+		sub := ad.sub
+		// Retained messages go to new ordinary subscriptions per Retain
+		// Handling [MQTT-3.3.1-9..11], never to shared ones (section 4.8.2).
+		if sub.group != nil || sub.retainHandling == 2 || (sub.retainHandling == 1 && ad.existed) {
+			continue
 		}
+		msgs := c.srv.retained.match(sub.topicFilter, now)
+		if len(msgs) == 0 {
+			continue
+		}
+		s := c.sess
+		s.mu.Lock()
+		if s.subs[sub.filter] == sub {
+			s.startFeedLocked(sub, msgs)
+		}
+		s.mu.Unlock()
 	}
-	return nil
 }
 
 // handleUnsubscribe handles UNSUBSCRIBE, answering each filter with
@@ -121,7 +163,7 @@ func (c *conn) handleUnsubscribe(body []byte) error {
 	if err := p.Decode(c.version, body); err != nil {
 		return err
 	}
-	reasons := c.reasons[:0]
+	reply := &heldReply{reasons: make([]packet.ReasonCode, 0, len(p.Filters))}
 	for _, f := range p.Filters {
 		s := c.sess
 		s.mu.Lock()
@@ -131,32 +173,65 @@ func (c *conn) handleUnsubscribe(body []byte) error {
 		}
 		s.mu.Unlock()
 		if sub == nil {
-			reasons = append(reasons, packet.NoSubscriptionExisted)
+			reply.reasons = append(reply.reasons, packet.NoSubscriptionExisted)
 			continue
 		}
 		c.srv.removeSubscription(sub, false)
-		reasons = append(reasons, packet.Success)
+		reply.reasons = append(reply.reasons, packet.Success)
 	}
-	c.reasons = reasons
 	c.saveSubscriptions()
-	ack := packet.Unsuback{PacketID: p.PacketID, Reasons: reasons}
-	c.scratch = ack.Append(c.scratch[:0], c.version)
-	c.writeBytes(c.scratch)
+	c.held = append(c.held, heldAck{t: packet.UNSUBACK, pid: p.PacketID, reply: reply})
 	return nil
 }
 
-// saveSubscriptions records a persistent session's subscriptions and waits
-// for them to be durable before the SUBACK or UNSUBACK says they are in
-// place.
+// saveSubscriptions records a persistent session's subscriptions; the
+// SUBACK or UNSUBACK then waits for the Store's sync, through the syncer
+// like a PUBACK, never on the reader.
 func (c *conn) saveSubscriptions() {
 	s := c.sess
 	s.mu.Lock()
 	s.saveLocked()
-	persistent := s.persistentLocked()
-	s.mu.Unlock()
-	if persistent {
-		c.srv.syncStore() // a failure is logged and counted; the subscription stands in memory
+	if s.persistentLocked() {
+		c.needSync = true
 	}
+	s.mu.Unlock()
+}
+
+// unsubscribe removes sub from its session if it is still the session's
+// subscription to its filter.
+func (srv *Server) unsubscribe(sub *subscription) {
+	s := sub.sess
+	s.mu.Lock()
+	mine := s.subs[sub.filter] == sub
+	if mine {
+		delete(s.subs, sub.filter)
+	}
+	s.mu.Unlock()
+	if mine {
+		srv.removeSubscription(sub, false)
+	}
+}
+
+// tooDeep reports whether a topic filter or name exceeds MaxTopicLevels or
+// MaxTopicLength: deep filters cost memory in the subscription index.
+func (srv *Server) tooDeep(t string) bool { return tooDeep(&srv.opts, t) }
+
+func tooDeep[T string | []byte](o *Options, t T) bool {
+	if len(t) > o.MaxTopicLength {
+		return true
+	}
+	if o.MaxTopicLevels <= 0 || len(t) < o.MaxTopicLevels {
+		return false // fewer bytes than levels allowed: cannot be too deep
+	}
+	seps := 0
+	for i := 0; i < len(t); i++ {
+		if t[i] == '/' {
+			if seps++; seps >= o.MaxTopicLevels {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // subscribe installs sub for its session, replacing a subscription to the

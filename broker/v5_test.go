@@ -486,7 +486,7 @@ func TestV5ReceiveMaximumIsASendQuota(t *testing.T) {
 }
 
 func TestV5QueueLimitDropsOldest(t *testing.T) {
-	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedMessages: 3})
+	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedMessages: 3, Overload: broker.OverloadDropOldest})
 	sub, _ := brokertest.Connect(t, addr, withExpiry(rawV5("offline", true), 60))
 	sub.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("q"), QoS: 1}}})
 	sub.Conn.Close()
@@ -679,7 +679,7 @@ func shutdownSendsServerShuttingDown(t *testing.T, park time.Duration) {
 }
 
 func TestV5QueueDropsQoS0First(t *testing.T) {
-	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedMessages: 3, QueueQoS0: true})
+	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedMessages: 3, QueueQoS0: true, Overload: broker.OverloadDropOldest})
 	sub, _ := brokertest.Connect(t, addr, withExpiry(rawV5("offline", true), 60))
 	sub.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("q/#"), QoS: 1}}})
 	sub.Conn.Close()
@@ -705,7 +705,7 @@ func TestV5QueueDropsQoS0First(t *testing.T) {
 }
 
 func TestV5GlobalQueueLimit(t *testing.T) {
-	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedTotal: 4})
+	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedTotal: 4, Overload: broker.OverloadDropOldest})
 	for _, id := range []string{"a", "b"} {
 		c, _ := brokertest.Connect(t, addr, withExpiry(rawV5(id, true), 60))
 		c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("g"), QoS: 1}}})
