@@ -21,7 +21,7 @@ var (
 	errUnknownAlias    = &packet.Error{Code: packet.ProtocolError, Reason: "topic alias not yet mapped to a topic"}                // section 3.3.2.3.4
 	errBadTopicName    = &packet.Error{Code: packet.TopicNameInvalid, Reason: "topic name with wildcards or empty"}                // [MQTT-3.3.2-2]
 	errTopicTooDeep    = &packet.Error{Code: packet.TopicNameInvalid, Reason: "topic name longer or deeper than the broker allows"}
-	errRetainDisabled  = &packet.Error{Code: packet.RetainNotSupported, Reason: "retained publish while retain is not available"}  // section 3.3.1.3, 0x9A
+	errRetainDisabled  = &packet.Error{Code: packet.RetainNotSupported, Reason: "retained publish while retain is not available"} // section 3.3.1.3, 0x9A
 	errRecvMaxExceeded = &packet.Error{Code: packet.ReceiveMaximumExceeded, Reason: "more unacknowledged QoS 1 and 2 publishes than Receive Maximum"}
 	errNoLocalShared   = &packet.Error{Code: packet.ProtocolError, Reason: "No Local on a shared subscription"} // [MQTT-3.8.3-4]
 	errSubIDsOff       = &packet.Error{Code: packet.SubIDsNotSupported, Reason: "subscription identifiers are not available"}
