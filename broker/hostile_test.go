@@ -2,11 +2,13 @@ package broker_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -320,4 +322,98 @@ func TestDeepFiltersRefused(t *testing.T) {
 	brokertest.Eventually(t, 5*time.Second, "only the pair's subscription left", func() bool {
 		return srv.Stats().Subscriptions == 1
 	})
+}
+
+// failStore is a Store whose writes succeed and whose Sync fails while
+// failing is set: a disk that is full or gone, as seen by the broker.
+type failStore struct{ failing atomic.Bool }
+
+func (*failStore) Load(context.Context) (*broker.Snapshot, error) { return &broker.Snapshot{}, nil }
+func (*failStore) SaveSession(*broker.SessionRecord) error        { return nil }
+func (*failStore) DeleteSession(string) error                     { return nil }
+func (*failStore) SaveMessage(string, *broker.MessageRecord) error {
+	return nil
+}
+func (*failStore) DeleteMessage(string, uint64) error    { return nil }
+func (*failStore) SetInbound(string, uint16, bool) error { return nil }
+func (*failStore) SaveRetained(*broker.Message) error    { return nil }
+func (f *failStore) Sync(context.Context) error {
+	if f.failing.Load() {
+		return errors.New("disk gone")
+	}
+	return nil
+}
+
+// TestFailingStoreRefusesEveryAck: nothing is acknowledged before what it
+// promises is durable. With the Store's sync failing, every acknowledgement
+// path answers with its documented refusal and the failure is counted.
+func TestFailingStoreRefusesEveryAck(t *testing.T) {
+	st := &failStore{}
+	srv, addr := brokertest.RunServer(t, broker.Options{Store: st})
+	// A persistent subscriber makes publishes to "p/#" need the Store.
+	holder, _ := brokertest.Connect(t, addr, withExpiry(rawV5("holder", true), 300))
+	holder.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("p/#"), QoS: 2}}})
+	c, _ := brokertest.Connect(t, addr, withExpiry(rawV5("client", true), 300))
+	st.failing.Store(true)
+	errs0 := srv.Stats().StoreErrors
+
+	if rc := pubAck(t, c, 1, "p/1", "x"); rc != packet.QuotaExceeded {
+		t.Errorf("PUBACK %v, want 0x97", rc)
+	}
+	c.Publish(&packet.Publish{Topic: []byte("p/2"), QoS: 2, PacketID: 2, Payload: []byte("x")})
+	var rec packet.Ack
+	c.Expect(packet.PUBREC, &rec)
+	if rec.Reason != packet.QuotaExceeded {
+		t.Errorf("PUBREC %v, want 0x97", rec.Reason)
+	}
+	c.Publish(&packet.Publish{Topic: []byte("r/1"), QoS: 1, PacketID: 3, Retain: true, Payload: []byte("cfg")})
+	var ra packet.Ack
+	c.Expect(packet.PUBACK, &ra)
+	if ra.Reason != packet.QuotaExceeded {
+		t.Errorf("retained PUBACK %v, want 0x97", ra.Reason)
+	}
+	subs := srv.Stats().Subscriptions
+	if ack := c.Subscribe(&packet.Subscribe{PacketID: 4, Subs: []packet.Subscription{{Filter: []byte("s/1"), QoS: 1}}}); codes(ack.Reasons) != codes([]packet.ReasonCode{packet.QuotaExceeded}) {
+		t.Errorf("SUBACK %v, want [0x97]", ack.Reasons)
+	}
+	if n := srv.Stats().Subscriptions; n != subs {
+		t.Errorf("a refused SUBSCRIBE left %d subscriptions, want %d", n, subs)
+	}
+	c.Send((&packet.Unsubscribe{PacketID: 5, Filters: [][]byte{[]byte("p/#")}}).Append(nil, packet.V5))
+	var ua packet.Unsuback
+	c.Expect(packet.UNSUBACK, &ua)
+	if codes(ua.Reasons) != codes([]packet.ReasonCode{packet.NoSubscriptionExisted}) {
+		t.Errorf("UNSUBACK %v", ua.Reasons)
+	}
+	holder.Send((&packet.Unsubscribe{PacketID: 6, Filters: [][]byte{[]byte("p/#")}}).Append(nil, packet.V5))
+	// The holder was sent the publishes above (in memory they were routed;
+	// the publisher was told 0x97 and may send them again).
+	for {
+		h, body, err := holder.Read(5 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Type == packet.UNSUBACK {
+			ua.Decode(packet.V5, body)
+			break
+		}
+	}
+	if codes(ua.Reasons) != codes([]packet.ReasonCode{packet.UnspecifiedError}) {
+		t.Errorf("UNSUBACK with the Store failing: %v, want [0x80]", ua.Reasons)
+	}
+	if n := srv.Stats().StoreErrors - errs0; n < 6 {
+		t.Errorf("StoreErrors grew by %d, want one per failed sync (6)", n)
+	}
+
+	// A 3.1.1 client has no negative acknowledgement: it is disconnected.
+	v3, _ := brokertest.Connect(t, addr, &packet.Connect{Version: packet.V311, ClientID: []byte("v3"), CleanStart: false})
+	v3.Send((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("v3/x"), QoS: 1}}}).Append(nil, packet.V311))
+	v3.ExpectClosed()
+
+	// Back to normal.
+	st.failing.Store(false)
+	c2, _ := brokertest.Connect(t, addr, withExpiry(rawV5("client", false), 300))
+	if ack := c2.Subscribe(&packet.Subscribe{PacketID: 7, Subs: []packet.Subscription{{Filter: []byte("s/1"), QoS: 1}}}); ack.Reasons[0] != 1 {
+		t.Errorf("SUBACK after recovery %v", ack.Reasons)
+	}
 }

@@ -121,7 +121,7 @@ func (c *conn) sendReply(a heldAck, err error) {
 		}
 		if a.t == packet.UNSUBACK {
 			for i, rc := range r.reasons {
-				if !rc.IsError() {
+				if rc == packet.Success {
 					r.reasons[i] = packet.UnspecifiedError
 				}
 			}
