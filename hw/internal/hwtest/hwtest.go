@@ -60,6 +60,14 @@ func (c *Clock) Stopped() bool {
 	return c.stopped
 }
 
+// Move moves the time on by d without a tick, for a test whose ticker's
+// reader is busy (in a health check that blocks, say).
+func (c *Clock) Move(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
 // Advance moves the time on by d and delivers one tick, waiting until the
 // ticker's reader has taken it. Because the reader is one goroutine that
 // handles a tick before taking the next, when Advance returns every earlier
