@@ -2,7 +2,6 @@ package broker
 
 import (
 	"errors"
-	"io"
 	"net"
 	"os"
 	"sync"
@@ -47,6 +46,7 @@ type conn struct {
 	rbuf       []byte    // the read buffer; nil while parked with nothing half-read
 	shorts     int       // consecutive short reads, to shrink rbuf
 	kaDeadline time.Time // keep-alive deadline; zero when none is running
+	partial    time.Time // when the packet still incomplete in rbuf began to arrive; zero when none
 	parkFD     int       // the socket's descriptor while parked, else -1
 	noPark     bool      // the connection cannot be parked (no descriptor)
 	sc         *scratch  // decode structs, borrowed from the server for one read
@@ -68,14 +68,21 @@ type conn struct {
 	// The writer side, guarded by wmu.
 	wmu      sync.Mutex
 	out      []byte
+	counted  int // bytes of out (and of the write in progress) counted in the server's pending total
+	inWrite  int // bytes handed to the socket by the write in progress
 	spare    []byte
 	closing  bool          // no more writes; the writer closes nc after flushing
+	linger   bool          // a DISCONNECT or refusing CONNACK was queued: close gently so it arrives
 	refill   bool          // a delivery was held back by MaxPendingBytes
 	takeover bool          // the session was taken over by another connection
 	cleanTO  bool          // ... by one with Clean Start, which ends the old session
 	writing  bool          // a writer goroutine is running
 	wclosed  bool          // the writer closed the socket; wdone is closed
 	wdone    chan struct{} // closed once the socket is closed by the writer
+
+	// readable is signalled when a 3.1.1 publisher paused for holding too
+	// many unacknowledged publishes gets one acknowledged.
+	readable chan struct{}
 }
 
 func newConn(srv *Server, nc net.Conn) *conn {
@@ -87,6 +94,7 @@ func newConn(srv *Server, nc net.Conn) *conn {
 		problemInfo: true,
 		parkFD:      -1,
 		wdone:       make(chan struct{}),
+		readable:    make(chan struct{}, 1),
 	}
 }
 
@@ -126,6 +134,9 @@ func (c *conn) readLoop() (packet.ReasonCode, error) {
 	parkAfter := c.srv.opts.IdleParkAfter
 	for {
 		if c.connected {
+			if err := c.pauseWhileHeld(); err != nil {
+				return 0, err
+			}
 			c.armDeadline(parkAfter)
 		}
 		buf := c.rbuf
@@ -154,6 +165,12 @@ func (c *conn) readLoop() (packet.ReasonCode, error) {
 			// Keep only the incomplete tail, at the front.
 			rest := copy(buf, buf[off:])
 			buf = buf[:rest]
+			switch {
+			case rest == 0:
+				c.partial = time.Time{}
+			case off > 0 || c.partial.IsZero():
+				c.partial = time.Now() // a new packet began in this read
+			}
 			if n < cap(buf)/4 {
 				c.shorts++
 			} else {
@@ -192,6 +209,15 @@ func (c *conn) armDeadline(parkAfter time.Duration) {
 		c.kaDeadline = now.Add(c.keepAlive * 3 / 2)
 	}
 	d := c.kaDeadline // zero: no keep alive [MQTT-3.1.2-22]
+	if to := c.srv.opts.PartialPacketTimeout; to > 0 && !c.partial.IsZero() {
+		// Half a packet: it must be completed in time, and the connection
+		// is not parked meanwhile (its read buffer is in use).
+		if p := c.partial.Add(to); d.IsZero() || p.Before(d) {
+			d = p
+		}
+		c.nc.SetReadDeadline(d)
+		return
+	}
 	if parkAfter > 0 && !c.noPark && c.srv.parker != nil {
 		if p := now.Add(parkAfter); d.IsZero() || p.Before(d) {
 			d = p
@@ -203,7 +229,7 @@ func (c *conn) armDeadline(parkAfter time.Duration) {
 // idle reports whether a read error is the idle deadline of a connected
 // client rather than its keep-alive deadline or a real failure.
 func (c *conn) idle(err error) bool {
-	if !c.connected || !errors.Is(err, os.ErrDeadlineExceeded) {
+	if !c.connected || !errors.Is(err, os.ErrDeadlineExceeded) || !c.partial.IsZero() {
 		return false
 	}
 	return c.kaDeadline.IsZero() || time.Now().Before(c.kaDeadline)
@@ -220,20 +246,42 @@ func (c *conn) resume() {
 
 func (c *conn) readError(err error) (packet.ReasonCode, error) {
 	var ne net.Error
-	switch {
-	case errors.As(err, &ne) && ne.Timeout():
-		if !c.connected {
+	if errors.As(err, &ne) && ne.Timeout() {
+		switch {
+		case !c.connected:
 			return 0, errConnectTimeout
-		}
-		if c.keepAlive > 0 && !c.isClosing() {
+		case c.isClosing():
+		case !c.partial.IsZero() && c.srv.opts.PartialPacketTimeout > 0 &&
+			!time.Now().Before(c.partial.Add(c.srv.opts.PartialPacketTimeout)):
+			return errPartialPacket.Code, errPartialPacket
+		case c.keepAlive > 0:
 			return packet.KeepAliveTimeout, errKeepAlive
 		}
-		return 0, err
-	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, os.ErrDeadlineExceeded):
-		return 0, err
-	default:
-		return 0, err
 	}
+	return 0, err
+}
+
+// errPartialPacket ends a connection that began a packet and did not finish
+// it within PartialPacketTimeout.
+var errPartialPacket = &packet.Error{Code: packet.ImplementationSpecificError, Reason: "packet not completed within the partial packet timeout"}
+
+// pauseWhileHeld stops reading from a 3.1.1 client while it has
+// ReceiveMaximum publishes unacknowledged (held for the Store or by a share
+// group's backpressure). A v5 client is told the maximum and disconnected
+// past it; a 3.1.1 client never was, so it is slowed the way TCP slows a
+// sender: its bytes wait in the socket until acknowledgements go out. This
+// bounds what one publisher can pin behind a stuck group.
+func (c *conn) pauseWhileHeld() error {
+	max := int32(c.srv.opts.ReceiveMaximum)
+	for c.version < packet.V5 && c.unackedIn.Load() >= max {
+		c.nc.SetReadDeadline(time.Time{})
+		select {
+		case <-c.readable:
+		case <-c.wdone:
+			return net.ErrClosed
+		}
+	}
+	return nil
 }
 
 // grow returns buf with capacity at least n, keeping its contents.
@@ -310,13 +358,14 @@ func (c *conn) writeLoop() {
 			}
 			c.wmu.Unlock()
 			if closing {
-				c.closeSocket()
+				c.lingerClose()
 				close(c.wdone)
 			}
 			return
 		}
 		c.out = c.spare[:0]
 		c.spare = nil
+		c.inWrite = len(buf)
 		c.wmu.Unlock()
 
 		c.nc.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
@@ -324,6 +373,8 @@ func (c *conn) writeLoop() {
 			c.wmu.Lock()
 			c.closing, c.wclosed, c.writing = true, true, false
 			c.out = nil
+			c.inWrite = 0
+			c.accountLocked()
 			c.wmu.Unlock()
 			c.closeSocket()
 			close(c.wdone)
@@ -331,6 +382,8 @@ func (c *conn) writeLoop() {
 		}
 
 		c.wmu.Lock()
+		c.inWrite = 0
+		c.accountLocked()
 		if cap(buf) <= maxSpareWrite {
 			c.spare = buf[:0]
 		}
@@ -355,11 +408,34 @@ func (c *conn) writeLoop() {
 func (c *conn) overPending() bool {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if len(c.out) >= c.srv.opts.MaxPendingBytes {
+	if c.fullLocked() {
 		c.refill = true
 		return true
 	}
 	return false
+}
+
+// fullLocked reports whether the connection holds MaxPendingBytes waiting
+// to be written (the write in progress included: a client that stops
+// reading pins it too), or the server its MaxPendingBytesTotal with this
+// connection holding some of it.
+func (c *conn) fullLocked() bool {
+	n := len(c.out) + c.inWrite
+	if n >= c.srv.opts.MaxPendingBytes {
+		return true
+	}
+	limit := c.srv.opts.MaxPendingBytesTotal
+	return limit > 0 && n > 0 && c.srv.pending.Load() >= int64(limit)
+}
+
+// accountLocked brings the server's count of bytes waiting to be written
+// up to date with this connection's.
+func (c *conn) accountLocked() {
+	n := len(c.out) + c.inWrite
+	if d := n - c.counted; d != 0 {
+		c.srv.pending.Add(int64(d))
+		c.counted = n
+	}
 }
 
 func (c *conn) isClosing() bool {
@@ -386,6 +462,7 @@ func (c *conn) kickWith(reason packet.ReasonCode, text string) {
 				d.Props.ReasonString = []byte(text)
 			}
 			c.out = d.Append(c.out, c.version)
+			c.linger = true
 		}
 		c.closing = true
 	}
@@ -404,7 +481,7 @@ func (c *conn) teardown(reason packet.ReasonCode, cause error) {
 		if !c.closing {
 			ca := packet.Connack{Reason: reason}
 			c.out = ca.Append(c.out, c.version)
-			c.closing = true
+			c.closing, c.linger = true, true
 		}
 		c.wmu.Unlock()
 		c.signal()
@@ -439,6 +516,33 @@ func (c *conn) teardown(reason packet.ReasonCode, cause error) {
 	}
 }
 
+// lingerTime bounds how long a connection that was sent a DISCONNECT or a
+// refusing CONNACK is kept half-open.
+const lingerTime = time.Second
+
+// lingerClose closes the socket after the last packets were written. When
+// those carry a reason (a DISCONNECT, a refusing CONNACK), it first
+// half-closes the connection and discards what the client still sends, for
+// at most lingerTime: closing a socket with unread bytes makes the kernel
+// send a reset, and a client that was still writing (a PUBREL, the next
+// PUBLISH) would lose the reason code with it.
+func (c *conn) lingerClose() {
+	c.wmu.Lock()
+	linger := c.linger
+	c.wmu.Unlock()
+	type closeWriter interface{ CloseWrite() error }
+	if cw, ok := c.nc.(closeWriter); ok && linger && cw.CloseWrite() == nil {
+		c.nc.SetReadDeadline(time.Now().Add(lingerTime))
+		var sink [512]byte
+		for {
+			if _, err := c.nc.Read(sink[:]); err != nil {
+				break
+			}
+		}
+	}
+	c.closeSocket()
+}
+
 // closeSocket closes the network connection. A parked connection is
 // unparked first, so that its reader runs again, sees the socket closed and
 // tears the connection down: closing a descriptor silently drops it from
@@ -469,8 +573,11 @@ func (c *conn) writeBytes(b []byte) {
 
 // writeAck appends a PUBACK, PUBREC, PUBREL or PUBCOMP.
 func (c *conn) writeAck(t packet.Type, pid uint16, reason packet.ReasonCode) {
-	if t == packet.PUBACK {
-		c.unackedIn.Add(-1)
+	if t == packet.PUBACK && c.unackedIn.Add(-1) < int32(c.srv.opts.ReceiveMaximum) && c.version < packet.V5 {
+		select {
+		case c.readable <- struct{}{}:
+		default:
+		}
 	}
 	a := packet.Ack{Type: t, PacketID: pid, Reason: reason}
 	if reason.IsError() && c.problemInfo && c.version >= packet.V5 {
@@ -506,9 +613,10 @@ func (c *conn) writePublish(p *packet.Publish, topic string, qos0 bool) writeRes
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if c.closing || (qos0 && len(c.out) >= c.srv.opts.MaxPendingBytes) {
+	if c.closing || (qos0 && c.fullLocked()) {
 		return busy
 	}
+	defer c.accountLocked()
 	if c.aliasMaxOut > 0 {
 		if a, ok := c.aliasOut[topic]; ok {
 			p.Topic = p.Topic[:0]

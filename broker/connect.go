@@ -180,7 +180,7 @@ func (c *conn) refuse(v packet.Version, rc packet.ReasonCode) error {
 	c.wmu.Lock()
 	if !c.closing {
 		c.out = ca.Append(c.out, v)
-		c.closing = true
+		c.closing, c.linger = true, true
 	}
 	c.wmu.Unlock()
 	c.signal()

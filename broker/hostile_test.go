@@ -417,3 +417,73 @@ func TestFailingStoreRefusesEveryAck(t *testing.T) {
 		t.Errorf("SUBACK after recovery %v", ack.Reasons)
 	}
 }
+
+// TestLingeringCloseDeliversReason: a client that keeps writing after the
+// broker disconnects it, as a client library sending its next packets
+// before reading does, can still write for a moment and then read the
+// DISCONNECT with its reason code, rather than losing both to a TCP reset
+// (issue 8, item 5; Paho's test_flow_control2 failed this way).
+func TestLingeringCloseDeliversReason(t *testing.T) {
+	_, addr := brokertest.RunServer(t, broker.Options{ReceiveMaximum: 2})
+	for round := range 5 {
+		c, _ := brokertest.Connect(t, addr, rawV5(fmt.Sprint("eager-", round), true))
+		var burst []byte
+		for i := range 3 {
+			burst = (&packet.Publish{Topic: []byte("t"), QoS: 1, PacketID: uint16(i + 1)}).Append(burst, packet.V5)
+		}
+		c.Send(burst)
+		// The client goes on writing for 100 ms before it reads anything.
+		// (The pauses pace the client; nothing waits on them.)
+		ping := packet.AppendPingreq(nil)
+		for i := range 50 {
+			c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+			if _, err := c.Conn.Write(ping); err != nil {
+				t.Fatalf("round %d: write %d failed before the client read anything: %v", round, i, err)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		var got packet.ReasonCode
+		for got == 0 {
+			h, body, err := c.Read(5 * time.Second)
+			if err != nil {
+				t.Fatalf("round %d: connection ended by %v before a DISCONNECT was read", round, err)
+			}
+			if h.Type == packet.DISCONNECT {
+				var d packet.Disconnect
+				d.Decode(packet.V5, body)
+				got = d.Reason
+			}
+		}
+		if got != packet.ReceiveMaximumExceeded {
+			t.Fatalf("round %d: DISCONNECT %v, want 0x93", round, got)
+		}
+		c.ExpectClosed()
+	}
+}
+
+// TestPartialPacketsTimeOut: clients that send all but the last byte of a
+// large PUBLISH, with keep alive off, are disconnected after the partial
+// packet timeout and their read buffers are released (issue 9, item 8).
+func TestPartialPacketsTimeOut(t *testing.T) {
+	srv, addr := brokertest.RunServer(t, broker.Options{PartialPacketTimeout: 500 * time.Millisecond})
+	pair := newRobustPair(t, addr, "partial", packet.V5, 60)
+	base := robustSnapshot()
+	const n = 50
+	frame := (&packet.Publish{Topic: []byte("big"), Payload: make([]byte, 999_999)}).Append(nil, packet.V5)
+	var clients []*brokertest.Client
+	for i := range n {
+		c, _ := brokertest.Connect(t, addr, &packet.Connect{Version: packet.V5, ClientID: fmt.Appendf(nil, "partial-%d", i), CleanStart: true})
+		c.Send(frame[:len(frame)-1])
+		clients = append(clients, c)
+	}
+	for i, c := range clients {
+		if rc := c.ExpectDisconnect(packet.ImplementationSpecificError); rc != packet.ImplementationSpecificError {
+			t.Fatalf("client %d: %v", i, rc)
+		}
+	}
+	pair.check(t)
+	robustWaitSettled(t, base, 4, 16<<20, 15*time.Second)
+	if st := srv.Stats(); st.ClientsConnected != 2 {
+		t.Fatalf("%d clients connected, want the pair", st.ClientsConnected)
+	}
+}

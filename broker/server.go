@@ -45,9 +45,10 @@ type Server struct {
 	parker *parker // nil when idle connections are not parked
 	syncer *syncer // nil without a Store
 
-	conns  sync.WaitGroup // one per connection goroutine
-	stats  counters
-	queued atomic.Int64 // messages queued in all sessions, for MaxQueuedTotal
+	conns   sync.WaitGroup // one per connection goroutine
+	stats   counters
+	queued  atomic.Int64 // messages queued in all sessions, for MaxQueuedTotal
+	pending atomic.Int64 // bytes waiting to be written to all connections, for MaxPendingBytesTotal
 }
 
 // New returns a Server configured by opts, or the first invalid option.
