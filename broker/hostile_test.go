@@ -487,3 +487,104 @@ func TestPartialPacketsTimeOut(t *testing.T) {
 		t.Fatalf("%d clients connected, want the pair", st.ClientsConnected)
 	}
 }
+
+// TestV311PublisherPausedBehindStuckGroup: a 3.1.1 publisher (no Receive
+// Maximum to be held to) flooding a share group whose only member is stuck
+// is no longer read from once ReceiveMaximum of its publishes wait for
+// acknowledgement, instead of queueing without bound behind the member
+// (issue 9, item 7); once the member drains, everything arrives.
+func TestV311PublisherPausedBehindStuckGroup(t *testing.T) {
+	const n, rm = 2000, 100
+	srv, addr := brokertest.RunServer(t, broker.Options{ReceiveMaximum: rm, MaxQueuedMessages: 100})
+	member := windowSub(t, addr, "stuck", "$share/g/s/#", 1, 0)
+	pub, _ := brokertest.Connect(t, addr, &packet.Connect{Version: packet.V311, ClientID: []byte("flooder"), CleanStart: true})
+	payload := make([]byte, 1024)
+	go func() {
+		var buf []byte
+		for i := 1; i <= n; i++ {
+			buf = (&packet.Publish{Topic: []byte("s/x"), QoS: 1, PacketID: uint16(i), Payload: payload}).Append(buf, packet.V311)
+			if i%64 == 0 || i == n {
+				pub.Conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
+				if _, err := pub.Conn.Write(buf); err != nil {
+					return
+				}
+				buf = buf[:0]
+			}
+		}
+	}()
+	brokertest.Eventually(t, 10*time.Second, "acknowledgements held", func() bool { return srv.Stats().AcksHeld > 0 })
+	var first packet.Publish
+	member.Expect(packet.PUBLISH, &first)
+	in := srv.Stats().MessagesIn
+	member.ExpectNothing(300 * time.Millisecond) // the window of 1 is full
+	if again := srv.Stats().MessagesIn; again != in || in > 4*rm {
+		t.Fatalf("the broker read %d then %d publishes from a publisher held at %d: not paused", in, again, rm)
+	}
+	t.Logf("publisher paused after %d of %d publishes", in, n)
+
+	// The member catches up: every publish arrives, and every one is acknowledged.
+	seen := map[uint16]bool{}
+	p := first
+	for {
+		member.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+		seen[p.PacketID] = true
+		if srv.Stats().MessagesIn == n && len(seen) == n {
+			break
+		}
+		member.Expect(packet.PUBLISH, &p)
+	}
+	acks := 0
+	for acks < n {
+		h, _, err := pub.Read(10 * time.Second)
+		if err != nil {
+			t.Fatalf("after %d PUBACKs: %v", acks, err)
+		}
+		if h.Type == packet.PUBACK {
+			acks++
+		}
+	}
+}
+
+// TestStuckReadersBounded: readers that stop reading hold at most
+// MaxPendingBytes each, and all of them together MaxPendingBytesTotal,
+// whatever they subscribed to (issue 9, item 6).
+func TestStuckReadersBounded(t *testing.T) {
+	const perConn, total = 128 << 10, 1 << 20
+	srv, addr := brokertest.RunServer(t, broker.Options{MaxPendingBytes: perConn, MaxPendingBytesTotal: total, MaxQueuedMessages: 50})
+	pair := newRobustPair(t, addr, "stuck", packet.V5, 60)
+	base := robustSnapshot()
+	var readers []*brokertest.Client
+	for i := range 20 {
+		c, _ := brokertest.Connect(t, addr, &packet.Connect{Version: packet.V311, ClientID: fmt.Appendf(nil, "stuck-%d", i), CleanStart: true, KeepAlive: 60})
+		// Tiny receive buffer, so that what the broker holds is its own.
+		c.Conn.(*net.TCPConn).SetReadBuffer(4096)
+		c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("flood/#"), QoS: byte(i % 2)}}})
+		readers = append(readers, c)
+	}
+	pub, _ := brokertest.Connect(t, addr, rawV5("flooder", true))
+	payload := make([]byte, 1024)
+	var buf []byte
+	const msgs = 5000
+	for i := 1; i <= msgs; i++ {
+		buf = (&packet.Publish{Topic: []byte("flood/x"), Payload: payload}).Append(buf, packet.V5)
+		if i%64 == 0 || i == msgs {
+			pub.Send(buf)
+			buf = buf[:0]
+		}
+	}
+	brokertest.Eventually(t, 30*time.Second, "the flood taken in", func() bool { return srv.Stats().MessagesIn >= msgs })
+	pair.check(t)
+	st := srv.Stats()
+	if st.PendingBytes > total+64<<10 {
+		t.Errorf("%d bytes pending, want at most MaxPendingBytesTotal %d (+ one write)", st.PendingBytes, total)
+	}
+	held := robustSnapshot()
+	t.Logf("20 stuck readers: pending %d B, heap %v -> %v, QoS 0 dropped %d", st.PendingBytes, base, held, st.DroppedQoS0)
+	if held.heapInuse > base.heapInuse+16<<20 {
+		t.Errorf("stuck readers hold %d MiB of heap", (held.heapInuse-base.heapInuse)>>20)
+	}
+	for _, c := range readers {
+		c.Conn.Close()
+	}
+	brokertest.Eventually(t, 10*time.Second, "pending released", func() bool { return srv.Stats().PendingBytes == 0 })
+}

@@ -29,6 +29,8 @@ type counters struct {
 type Stats struct {
 	ClientsConnected int64  // connections with an accepted CONNECT
 	ClientsParked    int    // idle connections parked without a goroutine
+	PendingBytes     int64  // encoded bytes waiting to be written to all connections
+	Queued           int64  // messages queued in all sessions
 	Connects         uint64 // CONNECTs accepted since start
 	Sessions         int    // sessions, connected or not
 	Subscriptions    int    // ordinary subscriptions
@@ -64,6 +66,8 @@ func (srv *Server) Stats() Stats {
 	return Stats{
 		ClientsConnected: c.connected.Load(),
 		ClientsParked:    srv.parker.count(),
+		PendingBytes:     srv.pending.Load(),
+		Queued:           srv.queued.Load(),
 		Connects:         c.connects.Load(),
 		Sessions:         sessions,
 		Subscriptions:    srv.subs.Len(),
