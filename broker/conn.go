@@ -512,7 +512,8 @@ func (c *conn) teardown(reason packet.ReasonCode, cause error) {
 		if ev := c.srv.opts.Events; ev != nil {
 			ev.ClientDisconnected(c.info, reason, cause)
 		}
-		c.srv.log.Debug("client disconnected", "client", c.clientID, "reason", reason.String(), "cause", cause)
+		c.srv.logConn("client disconnected", "client", c.clientID, "addr", addrString(c.info.RemoteAddr),
+			"cause", disconnectCause(reason, cause))
 	}
 }
 

@@ -159,7 +159,8 @@ func (c *conn) handleConnect(body []byte) error {
 	if ev := opts.Events; ev != nil {
 		ev.ClientConnected(c.info, present)
 	}
-	c.srv.log.Debug("client connected", "client", id, "version", int(c.version), "clean", p.CleanStart, "present", present)
+	c.srv.logConn("client connected", "client", id, "addr", addrString(c.info.RemoteAddr), "version", int(c.version),
+		"clean", p.CleanStart, "present", present, "keepalive", keepAlive)
 	return nil
 }
 
@@ -184,7 +185,7 @@ func (c *conn) refuse(v packet.Version, rc packet.ReasonCode) error {
 	}
 	c.wmu.Unlock()
 	c.signal()
-	c.srv.log.Debug("connection refused", "client", c.clientID, "reason", rc.String())
+	c.srv.logConn("connection refused", "client", c.clientID, "addr", addrString(c.nc.RemoteAddr()), "reason", rc.String())
 	return errRefused
 }
 

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -587,4 +589,65 @@ func TestStuckReadersBounded(t *testing.T) {
 		c.Conn.Close()
 	}
 	brokertest.Eventually(t, 10*time.Second, "pending released", func() bool { return srv.Stats().PendingBytes == 0 })
+}
+
+// logSink collects log records for assertions.
+type logSink struct {
+	mu   sync.Mutex
+	recs []string
+}
+
+func (l *logSink) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, string(p))
+	return len(p), nil
+}
+
+func (l *logSink) count(sub string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.recs {
+		if strings.Contains(r, sub) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestConnectionLogs: connects, disconnects (with their cause and address)
+// and refusals are logged at info, at most connLogRate a second.
+func TestConnectionLogs(t *testing.T) {
+	sink := &logSink{}
+	log := slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	_, addr := brokertest.RunServer(t, broker.Options{Logger: log, MaxClientIDLength: 8})
+	c, _ := brokertest.Connect(t, addr, rawV5("logged", true))
+	c.Conn.Close()
+	brokertest.Eventually(t, 5*time.Second, "disconnect logged", func() bool {
+		return sink.count(`msg="client disconnected" client=logged addr=127.0.0.1:`) == 1 &&
+			sink.count("cause=\"connection closed by the client without DISCONNECT\"") == 1
+	})
+	if sink.count(`msg="client connected" client=logged addr=127.0.0.1:`) != 1 {
+		t.Fatalf("no connect record: %q", sink.recs)
+	}
+	brokertest.Connect(t, addr, rawV5("too-long-an-id", true))
+	brokertest.Eventually(t, 5*time.Second, "refusal logged", func() bool {
+		return sink.count(`msg="connection refused"`) == 1
+	})
+	// A storm is rate-limited, and what was left out is counted.
+	start := time.Now()
+	for i := range 200 {
+		c, _ := brokertest.Connect(t, addr, rawV5(fmt.Sprint("s", i), true))
+		c.Conn.Close()
+	}
+	took := time.Since(start)
+	// At most 20 a second, plus the window that was open.
+	if n, limit := sink.count(`msg="client connected"`), 20*(int(took/time.Second)+2); n > limit {
+		t.Fatalf("%d connect records for 200 connects in %v, want at most %d", n, took, limit)
+	}
+	brokertest.Eventually(t, 5*time.Second, "suppressed count logged", func() bool {
+		brokertest.Connect(t, addr, rawV5("late", true))
+		return sink.count("connection records suppressed") > 0
+	})
 }

@@ -42,6 +42,8 @@ type Server struct {
 	scratch sync.Pool // *scratch
 	outPubs sync.Pool // *packet.Publish
 
+	connLog logLimiter // rate limit of per-connection log records
+
 	parker *parker // nil when idle connections are not parked
 	syncer *syncer // nil without a Store
 
