@@ -43,6 +43,7 @@ type Server struct {
 	outPubs sync.Pool // *packet.Publish
 
 	connLog logLimiter // rate limit of per-connection log records
+	probe   prober     // liveness probes (Probe)
 
 	parker *parker // nil when idle connections are not parked
 	syncer *syncer // nil without a Store

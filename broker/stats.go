@@ -70,7 +70,7 @@ func (srv *Server) Stats() Stats {
 		Queued:           srv.queued.Load(),
 		Connects:         c.connects.Load(),
 		Sessions:         sessions,
-		Subscriptions:    srv.subs.Len(),
+		Subscriptions:    srv.subs.Len() - int(srv.probe.subs.Load()),
 		ShareGroups:      groups,
 		Retained:         srv.retained.len(),
 		PacketsIn:        c.packetsIn.Load(),
