@@ -103,10 +103,9 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		dataDir = cfg.DataDir // only used in a log line
 	}
 
-	mode, _ := bolt.ParseSyncMode(cfg.Storage.Sync) // validated above
 	store, err := bolt.Open(filepath.Join(cfg.DataDir, DBFile), &bolt.Options{
-		Sync:          mode,
-		BatchInterval: cfg.Storage.BatchInterval,
+		Sync:          bolt.SyncMode(cfg.Storage.Sync),
+		BatchInterval: time.Duration(cfg.Storage.BatchInterval),
 		Logger:        log.With("component", "storage"),
 	})
 	if err != nil {

@@ -12,12 +12,24 @@
 // [Default] returns a Config with every default written out, and
 // [Config.WithDefaults] fills in the unset fields of another.
 //
+// # Limits: absent, a number, or unlimited
+//
+// Limits are typed ([Limit], [Size], [Duration]) and follow one rule, the
+// one docs/configuration.md states: a key left out (or given no value) has
+// its default; a number means that number; a limit that can be switched
+// off takes the word "unlimited" ([Unlimited], negative in code, as in
+// [broker.Options]). Writing 0 is an error for every limit where a zero
+// limit would stop the broker working, because 0 meant "the default" for
+// some keys and "no limit" for others; the one zero that stays is the
+// protocol's own topic_alias_maximum: 0, no aliases.
+//
 // # Files
 //
-// [Parse] and [Load] read a file on top of [Default]: keys left out keep
-// their defaults, and a key with no value (`listen:`) does too. Unknown keys,
-// repeated keys and values of the wrong type are errors that name the key
-// path and its line, in the form editors and CI logs understand:
+// [Parse] and [Load] decode a file with yaml.v3 on top of [Default]. Keys
+// left out keep their defaults, and so does a key with no value
+// (`listen:`). Unknown keys, repeated keys and values of the wrong type are
+// errors that name the key path and its line, in the form editors and CI
+// logs understand:
 //
 //	linemq.yaml:7: unknown key "mqtt.recieve_maximum"
 //
@@ -25,14 +37,24 @@
 // [Config.Validate] after applying command-line overrides ([Config.Override]),
 // so that its errors say whether a bad value came from the file (with its
 // line) or from a flag.
+//
+// # Adding an option
+//
+// Add the field with its yaml tag and doc comment, its default in
+// [Default], its check in Validate and, for a broker option, its line in
+// [Config.BrokerOptions]; then the row in docs/configuration.md and the key
+// in docs/linemq.example.yaml, which TestExample reads.
 package config
 
 import (
+	"cmp"
 	"log/slog"
 	"os"
+	"reflect"
 	"time"
 
 	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/storage/bolt"
 )
 
 // Config is the whole configuration of one linemq node.
@@ -47,7 +69,10 @@ type Config struct {
 	DataDir string `yaml:"data_dir"`
 
 	// LogLevel is debug, info, warn or error. Default info.
-	LogLevel string `yaml:"log_level"`
+	LogLevel LogLevel `yaml:"log_level"`
+
+	// LogFormat is text (the default) or json, for log collectors.
+	LogFormat LogFormat `yaml:"log_format"`
 
 	// MQTT configures the MQTT listener and protocol limits.
 	MQTT MQTT `yaml:"mqtt"`
@@ -73,53 +98,69 @@ type MQTT struct {
 	// the default ":1883"; an empty string disables the listener.
 	Listen *string `yaml:"listen"`
 
-	// MaxPacketSize is the largest packet accepted from a client, in bytes,
-	// 0..268435460 (0: default 1 MiB).
-	MaxPacketSize int `yaml:"max_packet_size"`
+	// MaxPacketSize is the largest packet accepted from a client, up to the
+	// protocol's 268435460 bytes. Default 1 MiB.
+	MaxPacketSize Size `yaml:"max_packet_size"`
 
 	// ReceiveMaximum is how many unacknowledged QoS 1/2 publishes a client
-	// may have towards the broker, 1..65535. Unset (0) means 1024; writing 0
-	// in a file is an error, as MQTT has no receive maximum of 0.
-	ReceiveMaximum int `yaml:"receive_maximum"`
+	// may have towards the broker, 1..65535. Default 1024.
+	ReceiveMaximum Limit `yaml:"receive_maximum"`
 
 	// TopicAliasMaximum is the highest topic alias a client may use,
-	// 0..65535; 0 refuses topic aliases. Nil means 1024.
-	TopicAliasMaximum *int `yaml:"topic_alias_maximum"`
+	// 0..65535; 0 refuses topic aliases, as on the wire. Nil means 1024.
+	TopicAliasMaximum *Limit `yaml:"topic_alias_maximum"`
 
 	// MaxKeepAlive caps the keep alive clients ask for, in whole seconds up
-	// to 65535s; 0 for no cap (the default).
-	MaxKeepAlive time.Duration `yaml:"max_keepalive"`
+	// to 65535s. Default Unlimited: the client's value stands.
+	MaxKeepAlive Duration `yaml:"max_keepalive"`
 
 	// MaxSessionExpiry caps the session expiry interval clients ask for, in
-	// whole seconds; 0 for no cap (the default).
-	MaxSessionExpiry time.Duration `yaml:"max_session_expiry"`
+	// whole seconds. Default Unlimited (3.1.1 persistent sessions never
+	// expire).
+	MaxSessionExpiry Duration `yaml:"max_session_expiry"`
 
-	// MaxQueuedMessages bounds each session's queue (0: default 1000).
-	MaxQueuedMessages int `yaml:"max_queued_messages"`
+	// MaxQueuedMessages bounds each session's queue. Default 1000.
+	MaxQueuedMessages Limit `yaml:"max_queued_messages"`
 
-	// MaxQueuedTotal bounds the messages queued in all sessions together
-	// (0: no bound beyond max_queued_messages per session).
-	MaxQueuedTotal int `yaml:"max_queued_total"`
+	// MaxQueuedTotal bounds the messages queued in all sessions together.
+	// Default 100,000; Unlimited for no bound beyond the per-session one.
+	MaxQueuedTotal Limit `yaml:"max_queued_total"`
 
 	// QueueQoS0Messages queues QoS 0 messages for offline persistent
 	// sessions too (in memory only). Default false: they are dropped.
 	QueueQoS0Messages bool `yaml:"queue_qos0_messages"`
 
-	// MaxPendingBytes bounds the bytes waiting to be written to one client
-	// (0: default 1 MiB).
-	MaxPendingBytes int `yaml:"max_pending_bytes"`
+	// MaxPendingBytes bounds the bytes waiting to be written to one client.
+	// Default 1 MiB.
+	MaxPendingBytes Size `yaml:"max_pending_bytes"`
 
-	// MaxClientIDLength is the longest client identifier accepted (0:
-	// default 256).
-	MaxClientIDLength int `yaml:"max_client_id_length"`
+	// MaxPendingBytesTotal bounds the bytes waiting to be written to all
+	// clients together. Default 256 MiB; Unlimited for none.
+	MaxPendingBytesTotal Size `yaml:"max_pending_bytes_total"`
 
-	// ConnectTimeout is how long a new connection may take to send CONNECT
-	// (0: default 10s).
-	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// MaxClientIDLength is the longest client identifier accepted, up to
+	// 65535. Default 256.
+	MaxClientIDLength Limit `yaml:"max_client_id_length"`
+
+	// MaxTopicLevels bounds the levels of a topic name or filter. Default
+	// 128; Unlimited for none.
+	MaxTopicLevels Limit `yaml:"max_topic_levels"`
+
+	// MaxTopicLength bounds the length of a topic name or filter in bytes,
+	// up to 65535. Default 4096; Unlimited for the protocol's 65535.
+	MaxTopicLength Limit `yaml:"max_topic_length"`
+
+	// PartialPacketTimeout is how long a packet that has started to arrive
+	// may take to arrive completely. Default 30s; Unlimited for no limit.
+	PartialPacketTimeout Duration `yaml:"partial_packet_timeout"`
+
+	// ConnectTimeout is how long a new connection may take to send CONNECT.
+	// Default 10s.
+	ConnectTimeout Duration `yaml:"connect_timeout"`
 
 	// WriteTimeout is how long one write to a client may block before the
-	// connection is dropped (0: default 30s).
-	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// connection is dropped. Default 30s.
+	WriteTimeout Duration `yaml:"write_timeout"`
 
 	// RetainAvailable allows retained messages. Nil means true.
 	RetainAvailable *bool `yaml:"retain_available"`
@@ -144,16 +185,15 @@ type HTTP struct {
 
 // SharedSubscriptions configures share groups.
 type SharedSubscriptions struct {
-	// Strategy is how groups no entry of Groups matches pick a member:
-	// round_robin (the default), random, sticky, hash_clientid, hash_topic
-	// or prefer_local.
-	Strategy string `yaml:"strategy"`
+	// Strategy is how groups no entry of Groups matches pick a member.
+	// Default round_robin.
+	Strategy Strategy `yaml:"strategy"`
 
 	// Overload is what a group does when its workers cannot keep up:
 	// backpressure (the default: publishers' acknowledgements are held
 	// while a member's queue is full, so nothing acknowledged is dropped) or
 	// drop_oldest (the oldest queued message goes, counted).
-	Overload string `yaml:"overload"`
+	Overload Overload `yaml:"overload"`
 
 	// Groups are per-group policies. A group takes the first entry whose
 	// Name pattern matches its share name.
@@ -169,10 +209,10 @@ type ShareGroup struct {
 	Name string `yaml:"name"`
 
 	// Strategy overrides SharedSubscriptions.Strategy for these groups.
-	Strategy string `yaml:"strategy"`
+	Strategy Strategy `yaml:"strategy"`
 
 	// Overload overrides SharedSubscriptions.Overload for these groups.
-	Overload string `yaml:"overload"`
+	Overload Overload `yaml:"overload"`
 
 	// SkipFullMembers passes over members whose send window is full while
 	// another member has room. Nil means true; false keeps strict rotation.
@@ -187,11 +227,12 @@ type ShareGroup struct {
 	// may join these groups.
 	AllowedClients []string `yaml:"allowed_clients"`
 
-	// MinMembers marks a group degraded while it has fewer members.
+	// MinMembers marks a group degraded while it has fewer members; 0 (the
+	// default) never does.
 	MinMembers int `yaml:"min_members"`
 
-	// MaxMembers refuses members beyond it; 0 for no limit.
-	MaxMembers int `yaml:"max_members"`
+	// MaxMembers refuses members beyond it. Default Unlimited.
+	MaxMembers Limit `yaml:"max_members"`
 }
 
 // Storage configures how persistent state is written.
@@ -199,42 +240,49 @@ type Storage struct {
 	// Sync is when writes reach the disk: always (every write is synced
 	// before it is acknowledged), batch (writes are grouped and synced every
 	// BatchInterval; the default) or none (the OS decides: fast, and loses
-	// recent writes on power loss).
-	Sync string `yaml:"sync"`
+	// recent writes on power loss). See bolt.SyncMode.
+	Sync SyncMode `yaml:"sync"`
 
 	// BatchInterval is the longest a write waits for its batch to be synced
-	// when Sync is batch (0: default 10ms).
-	BatchInterval time.Duration `yaml:"batch_interval"`
+	// when Sync is batch. Default 10ms.
+	BatchInterval Duration `yaml:"batch_interval"`
 }
 
-// Defaults that have no counterpart in package broker.
+// Defaults that have no counterpart in package broker or storage/bolt.
 const (
-	DefaultDataDir       = "./data"
-	DefaultLogLevel      = "info"
-	DefaultMQTTListen    = ":1883"
-	DefaultHTTPListen    = ":8080"
-	DefaultStrategy      = "round_robin"
-	DefaultSync          = "batch"
-	DefaultBatchInterval = 10 * time.Millisecond
+	DefaultDataDir    = "./data"
+	DefaultLogLevel   = "info"
+	DefaultLogFormat  = "text"
+	DefaultMQTTListen = ":1883"
+	DefaultHTTPListen = ":8080"
+	DefaultStrategy   = "round_robin"
 )
 
 // Default returns a Config with every field set to its default. Each call
 // returns new pointers, so callers may change the result freely.
 func Default() *Config {
 	return &Config{
-		NodeID:   defaultNodeID(),
-		DataDir:  DefaultDataDir,
-		LogLevel: DefaultLogLevel,
+		NodeID:    defaultNodeID(),
+		DataDir:   DefaultDataDir,
+		LogLevel:  DefaultLogLevel,
+		LogFormat: DefaultLogFormat,
 		MQTT: MQTT{
 			Listen:                  new(DefaultMQTTListen),
 			MaxPacketSize:           broker.DefaultMaxPacketSize,
 			ReceiveMaximum:          broker.DefaultReceiveMaximum,
-			TopicAliasMaximum:       new(broker.DefaultTopicAliasMaximum),
+			TopicAliasMaximum:       new(Limit(broker.DefaultTopicAliasMaximum)),
+			MaxKeepAlive:            Unlimited,
+			MaxSessionExpiry:        Unlimited,
 			MaxQueuedMessages:       broker.DefaultMaxQueuedMessages,
+			MaxQueuedTotal:          broker.DefaultMaxQueuedTotal,
 			MaxPendingBytes:         broker.DefaultMaxPendingBytes,
+			MaxPendingBytesTotal:    broker.DefaultMaxPendingTotal,
 			MaxClientIDLength:       broker.DefaultMaxClientIDLength,
-			ConnectTimeout:          broker.DefaultConnectTimeout,
-			WriteTimeout:            broker.DefaultWriteTimeout,
+			MaxTopicLevels:          broker.DefaultMaxTopicLevels,
+			MaxTopicLength:          broker.DefaultMaxTopicLength,
+			PartialPacketTimeout:    Duration(broker.DefaultPartialPacketTime),
+			ConnectTimeout:          Duration(broker.DefaultConnectTimeout),
+			WriteTimeout:            Duration(broker.DefaultWriteTimeout),
 			RetainAvailable:         new(true),
 			WildcardSubscriptions:   new(true),
 			SubscriptionIdentifiers: new(true),
@@ -242,7 +290,7 @@ func Default() *Config {
 		},
 		HTTP:                HTTP{Listen: new(DefaultHTTPListen)},
 		SharedSubscriptions: SharedSubscriptions{Strategy: DefaultStrategy, Overload: broker.OverloadBackpressure},
-		Storage:             Storage{Sync: DefaultSync, BatchInterval: DefaultBatchInterval},
+		Storage:             Storage{Sync: SyncMode(bolt.SyncBatch), BatchInterval: Duration(bolt.DefaultBatchInterval)},
 	}
 }
 
@@ -254,91 +302,60 @@ func defaultNodeID() string {
 	return "linemq"
 }
 
-// WithDefaults returns a copy of c with every unset field set to its
-// default, so that readers need not know which zero means what. The copy
-// has its own Groups slice; other slices and non-nil pointers are shared
-// with c. It keeps c's record of where values came from.
+// WithDefaults returns a copy of c with every unset (zero) field set to its
+// default, so that readers need not know which zero means what; a group's
+// unset strategy and overload are the section's. The copy has its own
+// pointers and its own Groups slice; other slices are shared with c. It
+// keeps c's record of where values came from.
 func (c *Config) WithDefaults() *Config {
-	d := Default()
 	o := *c
-	setString(&o.NodeID, d.NodeID)
-	setString(&o.DataDir, d.DataDir)
-	setString(&o.LogLevel, d.LogLevel)
-
-	m, dm := &o.MQTT, &d.MQTT
-	setPtr(&m.Listen, dm.Listen)
-	setInt(&m.MaxPacketSize, dm.MaxPacketSize)
-	setInt(&m.ReceiveMaximum, dm.ReceiveMaximum)
-	setPtr(&m.TopicAliasMaximum, dm.TopicAliasMaximum)
-	setInt(&m.MaxQueuedMessages, dm.MaxQueuedMessages)
-	setInt(&m.MaxPendingBytes, dm.MaxPendingBytes)
-	setInt(&m.MaxClientIDLength, dm.MaxClientIDLength)
-	setDuration(&m.ConnectTimeout, dm.ConnectTimeout)
-	setDuration(&m.WriteTimeout, dm.WriteTimeout)
-	setPtr(&m.RetainAvailable, dm.RetainAvailable)
-	setPtr(&m.WildcardSubscriptions, dm.WildcardSubscriptions)
-	setPtr(&m.SubscriptionIdentifiers, dm.SubscriptionIdentifiers)
-	setPtr(&m.SharedSubscriptions, dm.SharedSubscriptions)
-
-	setPtr(&o.HTTP.Listen, d.HTTP.Listen)
-
+	fill(reflect.ValueOf(&o).Elem(), reflect.ValueOf(Default()).Elem())
 	s := &o.SharedSubscriptions
-	setString(&s.Strategy, d.SharedSubscriptions.Strategy)
-	setString(&s.Overload, d.SharedSubscriptions.Overload)
 	if s.Groups != nil {
 		s.Groups = append([]ShareGroup(nil), s.Groups...)
 		for i := range s.Groups {
 			g := &s.Groups[i]
-			setString(&g.Strategy, s.Strategy)
-			setPtr(&g.SkipFullMembers, new(true))
+			g.Strategy = cmp.Or(g.Strategy, s.Strategy)
+			g.Overload = cmp.Or(g.Overload, s.Overload)
+			if g.SkipFullMembers == nil {
+				g.SkipFullMembers = new(true)
+			}
+			g.MaxMembers = cmp.Or(g.MaxMembers, Unlimited)
 		}
 	}
-
-	setString(&o.Storage.Sync, d.Storage.Sync)
-	setDuration(&o.Storage.BatchInterval, d.Storage.BatchInterval)
 	return &o
 }
 
-func setString(p *string, d string) {
-	if *p == "" {
-		*p = d
-	}
-}
-
-func setInt(p *int, d int) {
-	if *p == 0 {
-		*p = d
-	}
-}
-
-func setDuration(p *time.Duration, d time.Duration) {
-	if *p == 0 {
-		*p = d
-	}
-}
-
-func setPtr[T any](p **T, d *T) {
-	if *p == nil {
-		*p = d
+// fill walks the exported fields of the struct v: it points each non-nil
+// pointer at a copy of its value, so that v shares no pointer with the
+// Config it was copied from (yaml.v3 decodes through pointers, see
+// Override), and, when def (a struct of the same type) is valid, sets each
+// zero field to def's. Reflection keeps WithDefaults from needing a line
+// per field: a new field with its default in Default is filled too.
+func fill(v, def reflect.Value) {
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch {
+		case !f.CanSet():
+		case f.Kind() == reflect.Struct:
+			var d reflect.Value
+			if def.IsValid() {
+				d = def.Field(i)
+			}
+			fill(f, d)
+		case f.Kind() == reflect.Pointer && !f.IsNil():
+			p := reflect.New(f.Type().Elem())
+			p.Elem().Set(f.Elem())
+			f.Set(p)
+		case f.IsZero() && def.IsValid():
+			f.Set(def.Field(i))
+		}
 	}
 }
 
 // Level returns LogLevel as a slog level; info when it is unset or not a
 // level (Validate reports the latter).
-func (c *Config) Level() slog.Level {
-	if l, ok := logLevels[c.LogLevel]; ok {
-		return l
-	}
-	return slog.LevelInfo
-}
-
-// logLevels are the valid log_level values.
-var logLevels = map[string]slog.Level{
-	"debug": slog.LevelDebug,
-	"info":  slog.LevelInfo,
-	"warn":  slog.LevelWarn,
-	"error": slog.LevelError,
-}
+func (c *Config) Level() slog.Level { return c.LogLevel.Level() }
 
 // BrokerOptions returns the broker's options as this configuration sets
 // them. Logger, Auth, Store, Events and Clock are left nil for the caller
@@ -348,24 +365,31 @@ func (c *Config) BrokerOptions() broker.Options {
 	e := c.WithDefaults()
 	m := &e.MQTT
 	o := broker.Options{
-		NodeID:              e.NodeID,
-		MaxPacketSize:       m.MaxPacketSize,
-		ReceiveMaximum:      uint16(m.ReceiveMaximum),
-		TopicAliasMaximum:   *m.TopicAliasMaximum,
-		MaxKeepAlive:        m.MaxKeepAlive,
-		MaxSessionExpiry:    m.MaxSessionExpiry,
-		MaxQueuedMessages:   m.MaxQueuedMessages,
-		MaxQueuedTotal:      m.MaxQueuedTotal,
-		QueueQoS0:           m.QueueQoS0Messages,
-		MaxPendingBytes:     m.MaxPendingBytes,
-		MaxClientIDLength:   m.MaxClientIDLength,
-		ConnectTimeout:      m.ConnectTimeout,
-		WriteTimeout:        m.WriteTimeout,
-		DisableRetain:       !*m.RetainAvailable,
-		DisableWildcardSubs: !*m.WildcardSubscriptions,
-		DisableSubIDs:       !*m.SubscriptionIdentifiers,
-		DisableSharedSubs:   !*m.SharedSubscriptions,
-		Shares:              broker.ShareOptions{Strategy: e.SharedSubscriptions.Strategy, Overload: e.SharedSubscriptions.Overload},
+		NodeID:               e.NodeID,
+		MaxPacketSize:        int(m.MaxPacketSize),
+		ReceiveMaximum:       uint16(m.ReceiveMaximum),
+		TopicAliasMaximum:    int(*m.TopicAliasMaximum),
+		MaxKeepAlive:         uncapped(m.MaxKeepAlive),
+		MaxSessionExpiry:     uncapped(m.MaxSessionExpiry),
+		MaxQueuedMessages:    int(m.MaxQueuedMessages),
+		MaxQueuedTotal:       int(m.MaxQueuedTotal),
+		QueueQoS0:            m.QueueQoS0Messages,
+		MaxPendingBytes:      int(m.MaxPendingBytes),
+		MaxPendingBytesTotal: int(m.MaxPendingBytesTotal),
+		MaxClientIDLength:    int(m.MaxClientIDLength),
+		MaxTopicLevels:       int(m.MaxTopicLevels),
+		MaxTopicLength:       int(m.MaxTopicLength),
+		PartialPacketTimeout: time.Duration(m.PartialPacketTimeout),
+		ConnectTimeout:       time.Duration(m.ConnectTimeout),
+		WriteTimeout:         time.Duration(m.WriteTimeout),
+		DisableRetain:        !*m.RetainAvailable,
+		DisableWildcardSubs:  !*m.WildcardSubscriptions,
+		DisableSubIDs:        !*m.SubscriptionIdentifiers,
+		DisableSharedSubs:    !*m.SharedSubscriptions,
+		Shares: broker.ShareOptions{
+			Strategy: string(e.SharedSubscriptions.Strategy),
+			Overload: string(e.SharedSubscriptions.Overload),
+		},
 	}
 	if o.TopicAliasMaximum == 0 {
 		// In the file 0 means "no topic aliases", as on the wire; in
@@ -375,14 +399,18 @@ func (c *Config) BrokerOptions() broker.Options {
 	for _, g := range e.SharedSubscriptions.Groups {
 		o.Shares.Groups = append(o.Shares.Groups, broker.GroupPolicy{
 			Name:                   g.Name,
-			Strategy:               g.Strategy,
-			Overload:               g.Overload,
+			Strategy:               string(g.Strategy),
+			Overload:               string(g.Overload),
 			StrictRotation:         !*g.SkipFullMembers,
 			RedispatchOnDisconnect: g.RedispatchOnDisconnect,
 			AllowedClients:         g.AllowedClients,
 			MinMembers:             g.MinMembers,
-			MaxMembers:             g.MaxMembers,
+			MaxMembers:             int(max(g.MaxMembers, 0)), // broker: 0 is no limit
 		})
 	}
 	return o
 }
+
+// uncapped converts a cap whose "no cap" is 0 in broker.Options (keep
+// alive, session expiry) rather than negative.
+func uncapped(d Duration) time.Duration { return time.Duration(max(d, 0)) }

@@ -11,13 +11,20 @@ import (
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/share"
+	"github.com/linemq/linemq/storage/bolt"
 )
 
 const file = "linemq.yaml"
 
+// example is the example configuration shipped in the documentation, the
+// one copy there is: TestExample checks it and FuzzParse starts from it.
+const example = "../../docs/linemq.example.yaml"
+
 // lines joins its arguments as the lines of a file, so that the tests can
 // count line numbers by eye.
 func lines(ls ...string) string { return strings.Join(ls, "\n") + "\n" }
+
+const strategies = "(valid: round_robin, random, sticky, hash_clientid, hash_topic, prefer_local)"
 
 func TestParseErrors(t *testing.T) {
 	tests := []struct {
@@ -42,7 +49,7 @@ func TestParseErrors(t *testing.T) {
 			want: `linemq.yaml:2: unknown key "loglevel"`,
 		},
 		{
-			name: "unknown key in a list item",
+			name: "typo in a list item",
 			yaml: lines(
 				"shared_subscriptions:",
 				"  groups:",
@@ -53,30 +60,51 @@ func TestParseErrors(t *testing.T) {
 			want: `linemq.yaml:5: unknown key "shared_subscriptions.groups[1].stratgy"`,
 		},
 		{
-			name: "every unknown key is reported",
-			yaml: lines("mqtt:", "  lisen: x", "htp:", "  listen: y"),
+			name: "every problem is reported",
+			yaml: lines("mqtt:", "  lisen: x", "  connect_timeout: 10", "htp:", "  listen: y"),
 			want: `linemq.yaml:2: unknown key "mqtt.lisen"` + "\n" +
-				`linemq.yaml:3: unknown key "htp"`,
+				`linemq.yaml:3: mqtt.connect_timeout: "10" is not a duration (write it like "10s", "500ms" or "1h30m")` + "\n" +
+				`linemq.yaml:4: unknown key "htp"`,
 		},
 		{
-			name: "repeated key",
+			name: "duplicate key",
 			yaml: lines("mqtt:", "  listen: a:1", "  listen: b:2"),
 			want: `linemq.yaml:3: mqtt.listen: repeated key (first set at line 2)`,
 		},
 		{
-			name: "not an integer",
-			yaml: lines("mqtt:", "  max_packet_size: big"),
-			want: `linemq.yaml:2: mqtt.max_packet_size: "big" is not an integer`,
+			name: "duplicate key in a list item",
+			yaml: lines("shared_subscriptions:", "  groups:", "    - name: a", "      name: b"),
+			want: `linemq.yaml:4: shared_subscriptions.groups[0].name: repeated key (first set at line 3)`,
 		},
 		{
-			name: "float for an integer",
+			name: "not a number",
+			yaml: lines("mqtt:", "  max_queued_messages: many"),
+			want: `linemq.yaml:2: mqtt.max_queued_messages: "many" is not a whole number`,
+		},
+		{
+			name: "fraction for a count",
 			yaml: lines("mqtt:", "  receive_maximum: 1.5"),
-			want: `linemq.yaml:2: mqtt.receive_maximum: "1.5" is not an integer`,
+			want: `linemq.yaml:2: mqtt.receive_maximum: "1.5" is not a whole number`,
 		},
 		{
-			name: "integer too large",
-			yaml: lines("mqtt:", "  max_pending_bytes: 99999999999999999999"),
-			want: `linemq.yaml:2: mqtt.max_pending_bytes: 99999999999999999999 is too large`,
+			name: "negative count",
+			yaml: lines("mqtt:", "  max_queued_total: -1"),
+			want: `linemq.yaml:2: mqtt.max_queued_total: must not be negative (got -1)`,
+		},
+		{
+			name: "count too large",
+			yaml: lines("mqtt:", "  max_topic_levels: 99999999999999999999"),
+			want: `linemq.yaml:2: mqtt.max_topic_levels: 99999999999999999999 is too large`,
+		},
+		{
+			name: "size with a decimal unit",
+			yaml: lines("mqtt:", "  max_packet_size: 1MB"),
+			want: `linemq.yaml:2: mqtt.max_packet_size: "1MB" is not a size (write a number of bytes, or one with KiB, MiB or GiB: "64KiB")`,
+		},
+		{
+			name: "size too large",
+			yaml: lines("mqtt:", "  max_pending_bytes_total: 9999999999GiB"),
+			want: `linemq.yaml:2: mqtt.max_pending_bytes_total: 9999999999GiB is too large`,
 		},
 		{
 			name: "duration without unit",
@@ -84,14 +112,64 @@ func TestParseErrors(t *testing.T) {
 			want: `linemq.yaml:2: mqtt.connect_timeout: "10" is not a duration (write it like "10s", "500ms" or "1h30m")`,
 		},
 		{
+			name: "bad duration",
+			yaml: lines("storage:", "  batch_interval: 10 ms"),
+			want: `linemq.yaml:2: storage.batch_interval: "10 ms" is not a duration (write it like "10s", "500ms" or "1h30m")`,
+		},
+		{
+			name: "negative duration",
+			yaml: lines("mqtt:", "  partial_packet_timeout: -1s"),
+			want: `linemq.yaml:2: mqtt.partial_packet_timeout: must not be negative (got -1s)`,
+		},
+		{
+			name: "bad strategy",
+			yaml: lines(
+				"node_id: gw-1",
+				"",
+				"# Historians see every message of their topics.",
+				"shared_subscriptions:",
+				"  strategy: round_robin",
+				"  groups:",
+				`    - name: "hist-*"`,
+				"      strategy: fastest",
+			),
+			want: `linemq.yaml:8: shared_subscriptions.groups[0].strategy: unknown strategy "fastest" ` + strategies,
+		},
+		{
+			name: "bad overload mode",
+			yaml: lines("shared_subscriptions:", "  overload: block", "  groups:", "    - name: g", "      overload: drop_newest"),
+			want: `linemq.yaml:2: shared_subscriptions.overload: unknown value "block" (valid: backpressure, drop_oldest)` + "\n" +
+				`linemq.yaml:5: shared_subscriptions.groups[0].overload: unknown value "drop_newest" (valid: backpressure, drop_oldest)`,
+		},
+		{
+			name: "bad sync mode",
+			yaml: lines("storage:", "  sync: sometimes"),
+			want: `linemq.yaml:2: storage.sync: unknown sync mode "sometimes" (want always, batch or none)`,
+		},
+		{
+			name: "bad log level",
+			yaml: lines("log_level: verbose"),
+			want: `linemq.yaml:1: log_level: unknown level "verbose" (valid: debug, info, warn, error)`,
+		},
+		{
+			name: "bad log format",
+			yaml: lines("log_format: logfmt"),
+			want: `linemq.yaml:1: log_format: unknown format "logfmt" (valid: text, json)`,
+		},
+		{
 			name: "not a boolean",
 			yaml: lines("mqtt:", "  retain_available: maybe"),
-			want: `linemq.yaml:2: mqtt.retain_available: "maybe" is not true or false`,
+			want: `linemq.yaml:2: mqtt.retain_available: expected true or false, got "maybe"`,
 		},
 		{
 			name: "not a boolean in a list item",
 			yaml: lines("shared_subscriptions:", "  groups:", "    - name: a", "      skip_full_members: 2"),
-			want: `linemq.yaml:4: shared_subscriptions.groups[0].skip_full_members: "2" is not true or false`,
+			want: `linemq.yaml:4: shared_subscriptions.groups[0].skip_full_members: expected true or false, got "2"`,
+		},
+		{
+			name: "not an integer",
+			yaml: lines("shared_subscriptions:", "  groups:", "    - name: a", "      min_members: one"),
+			want: `linemq.yaml:4: shared_subscriptions.groups[0].min_members: expected an integer, got "one"`,
 		},
 		{
 			name: "scalar for a section",
@@ -114,9 +192,20 @@ func TestParseErrors(t *testing.T) {
 			want: `linemq.yaml:2: storage.batch_interval: expected a duration, got a mapping`,
 		},
 		{
+			name: "list for a word",
+			yaml: lines("log_level: [debug]"),
+			want: `linemq.yaml:1: log_level: expected a word, got a list`,
+		},
+		{
 			name: "mapping in a string list",
 			yaml: lines("shared_subscriptions:", "  groups:", "    - name: a", "      allowed_clients:", "        - {id: x}"),
 			want: `linemq.yaml:5: shared_subscriptions.groups[0].allowed_clients[0]: expected a string, got a mapping`,
+		},
+		{
+			name: "flow mapping with several keys on a line",
+			yaml: lines("mqtt: {listen: ':1883', max_queued_messages: lots, connect_timeout: 5}"),
+			want: `linemq.yaml:1: mqtt.max_queued_messages: "lots" is not a whole number` + "\n" +
+				`linemq.yaml:1: mqtt.connect_timeout: "5" is not a duration (write it like "10s", "500ms" or "1h30m")`,
 		},
 		{
 			name: "top level is a list",
@@ -129,7 +218,7 @@ func TestParseErrors(t *testing.T) {
 			want: `linemq.yaml:3: a second document (after "---"): the configuration must be one document`,
 		},
 		{
-			name: "syntax error",
+			name: "tabs",
 			yaml: lines("mqtt:", "\tlisten: x"),
 			want: `linemq.yaml:2: found character that cannot start any token`,
 		},
@@ -147,44 +236,34 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+// TestParseDefaults checks the files that leave everything at its default:
+// an empty one, one with only comments, and keys given no value.
+func TestParseDefaults(t *testing.T) {
+	def := Default()
+	for _, data := range []string{
+		"", "# only a comment\n", "---\n", "---\n...\n", "log_level: info\n---\n",
+		"mqtt:\n", "mqtt:\n  listen:\n  retain_available: ~\n  max_packet_size:\n  connect_timeout:\n",
+		"shared_subscriptions:\n  strategy:\n  groups:\n", "storage:\n  sync:\n",
+	} {
+		c, err := Parse([]byte(data), file)
+		if err != nil {
+			t.Fatalf("Parse(%q): %v", data, err)
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("Parse(%q): Validate: %v", data, err)
+		}
+		c = c.WithDefaults()
+		c.src = nil
+		if !reflect.DeepEqual(c, def) {
+			t.Errorf("Parse(%q) = %+v\nwant Default() = %+v", data, c, def)
+		}
+	}
+}
+
 func TestValidateErrors(t *testing.T) {
 	tests := []struct {
 		name, yaml, want string
 	}{
-		{
-			name: "unknown group strategy",
-			yaml: lines(
-				"node_id: gw-1",
-				"mqtt:",
-				`  listen: ":1883"`,
-				"http:",
-				`  listen: ":8080"`,
-				"",
-				"# Historians see every message of their topics.",
-				"shared_subscriptions:",
-				"  strategy: round_robin",
-				"  groups:",
-				`    - name: "hist-*"`,
-				"      strategy: fastest",
-			),
-			want: `linemq.yaml:12: shared_subscriptions.groups[0].strategy: unknown strategy "fastest" (valid: round_robin, random, sticky, hash_clientid, hash_topic, prefer_local)`,
-		},
-		{
-			name: "unknown overload mode",
-			yaml: lines("shared_subscriptions:", "  overload: block", "  groups:", "    - name: g", "      overload: drop_newest"),
-			want: `linemq.yaml:2: shared_subscriptions.overload: unknown value "block" (valid: backpressure, drop_oldest)` + "\n" +
-				`linemq.yaml:5: shared_subscriptions.groups[0].overload: unknown value "drop_newest" (valid: backpressure, drop_oldest)`,
-		},
-		{
-			name: "unknown default strategy",
-			yaml: lines("shared_subscriptions:", "  strategy: RoundRobin"),
-			want: `linemq.yaml:2: shared_subscriptions.strategy: unknown strategy "RoundRobin" (valid: round_robin, random, sticky, hash_clientid, hash_topic, prefer_local)`,
-		},
-		{
-			name: "log level",
-			yaml: lines("log_level: verbose"),
-			want: `linemq.yaml:1: log_level: unknown level "verbose" (valid: debug, info, warn, error)`,
-		},
 		{
 			name: "node id with a slash",
 			yaml: lines("node_id: gw/1"),
@@ -196,29 +275,34 @@ func TestValidateErrors(t *testing.T) {
 			want: `linemq.yaml:1: node_id: "gw 1" must not contain "/", spaces or control characters`,
 		},
 		{
-			name: "storage sync",
-			yaml: lines("storage:", "  sync: sometimes"),
-			want: `linemq.yaml:2: storage.sync: unknown value "sometimes" (valid: always, batch, none)`,
+			name: "batch interval zero",
+			yaml: lines("storage:", "  batch_interval: 0s"),
+			want: `linemq.yaml:2: storage.batch_interval: 0 is not allowed (1ms or more); leave the key out for the default (10ms)`,
 		},
 		{
-			name: "batch interval negative",
-			yaml: lines("storage:", "  batch_interval: -1ms"),
-			want: `linemq.yaml:2: storage.batch_interval: must not be negative (got -1ms)`,
+			name: "batch interval below a millisecond",
+			yaml: lines("storage:", "  batch_interval: 100us"),
+			want: `linemq.yaml:2: storage.batch_interval: 100µs out of range (1ms or more)`,
 		},
 		{
 			name: "max packet size too large",
 			yaml: lines("mqtt:", "  max_packet_size: 268435461"),
-			want: `linemq.yaml:2: mqtt.max_packet_size: 268435461 out of range (0..268435460)`,
+			want: `linemq.yaml:2: mqtt.max_packet_size: 268435461 out of range (1..268435460)`,
 		},
 		{
-			name: "max packet size negative",
-			yaml: lines("mqtt:", "  max_packet_size: -1"),
-			want: `linemq.yaml:2: mqtt.max_packet_size: -1 out of range (0..268435460)`,
+			name: "max packet size in units too large",
+			yaml: lines("mqtt:", "  max_packet_size: 1GiB"),
+			want: `linemq.yaml:2: mqtt.max_packet_size: 1GiB out of range (1..268435460)`,
+		},
+		{
+			name: "max packet size unlimited",
+			yaml: lines("mqtt:", "  max_packet_size: unlimited"),
+			want: `linemq.yaml:2: mqtt.max_packet_size: cannot be unlimited (1..268435460)`,
 		},
 		{
 			name: "receive maximum zero",
 			yaml: lines("mqtt:", "  receive_maximum: 0"),
-			want: `linemq.yaml:2: mqtt.receive_maximum: 0 out of range (1..65535)`,
+			want: `linemq.yaml:2: mqtt.receive_maximum: 0 is not allowed (1..65535); leave the key out for the default (1024)`,
 		},
 		{
 			name: "receive maximum too large",
@@ -226,29 +310,19 @@ func TestValidateErrors(t *testing.T) {
 			want: `linemq.yaml:2: mqtt.receive_maximum: 65536 out of range (1..65535)`,
 		},
 		{
-			name: "receive maximum negative",
-			yaml: lines("mqtt:", "  receive_maximum: -5"),
-			want: `linemq.yaml:2: mqtt.receive_maximum: -5 out of range (1..65535)`,
-		},
-		{
 			name: "topic alias maximum too large",
 			yaml: lines("mqtt:", "  topic_alias_maximum: 65536"),
 			want: `linemq.yaml:2: mqtt.topic_alias_maximum: 65536 out of range (0..65535)`,
 		},
 		{
-			name: "topic alias maximum negative",
-			yaml: lines("mqtt:", "  topic_alias_maximum: -1"),
-			want: `linemq.yaml:2: mqtt.topic_alias_maximum: -1 out of range (0..65535)`,
-		},
-		{
 			name: "keep alive too long",
 			yaml: lines("mqtt:", "  max_keepalive: 65536s"),
-			want: `linemq.yaml:2: mqtt.max_keepalive: 18h12m16s out of range (0s..65535s)`,
+			want: `linemq.yaml:2: mqtt.max_keepalive: 18h12m16s out of range (1s..65535s, or unlimited)`,
 		},
 		{
-			name: "keep alive negative",
-			yaml: lines("mqtt:", "  max_keepalive: -1s"),
-			want: `linemq.yaml:2: mqtt.max_keepalive: -1s out of range (0s..65535s)`,
+			name: "keep alive zero",
+			yaml: lines("mqtt:", "  max_keepalive: 0s"),
+			want: `linemq.yaml:2: mqtt.max_keepalive: 0 is not allowed (1s..65535s, or unlimited); leave the key out, or write unlimited, for no limit`,
 		},
 		{
 			name: "keep alive not whole seconds",
@@ -258,32 +332,37 @@ func TestValidateErrors(t *testing.T) {
 		{
 			name: "session expiry too long",
 			yaml: lines("mqtt:", "  max_session_expiry: 4294967296s"),
-			want: `linemq.yaml:2: mqtt.max_session_expiry: 1193046h28m16s out of range (0s..4294967295s)`,
+			want: `linemq.yaml:2: mqtt.max_session_expiry: 1193046h28m16s out of range (1s..4294967295s, or unlimited)`,
 		},
 		{
-			name: "queued messages negative",
-			yaml: lines("mqtt:", "  max_queued_messages: -1"),
-			want: `linemq.yaml:2: mqtt.max_queued_messages: must not be negative (got -1)`,
+			name: "queued messages unlimited",
+			yaml: lines("mqtt:", "  max_queued_messages: unlimited"),
+			want: `linemq.yaml:2: mqtt.max_queued_messages: cannot be unlimited (1 or more)`,
 		},
 		{
-			name: "pending bytes negative",
-			yaml: lines("mqtt:", "  max_pending_bytes: -1"),
-			want: `linemq.yaml:2: mqtt.max_pending_bytes: must not be negative (got -1)`,
+			name: "queued total zero",
+			yaml: lines("mqtt:", "  max_queued_total: 0"),
+			want: `linemq.yaml:2: mqtt.max_queued_total: 0 is not allowed (1 or more, or unlimited); leave the key out for the default (100000), or write unlimited for no limit`,
+		},
+		{
+			name: "pending bytes total zero",
+			yaml: lines("mqtt:", "  max_pending_bytes_total: 0"),
+			want: `linemq.yaml:2: mqtt.max_pending_bytes_total: 0 is not allowed (1 or more, or unlimited); leave the key out for the default (256MiB), or write unlimited for no limit`,
 		},
 		{
 			name: "client id length too large",
 			yaml: lines("mqtt:", "  max_client_id_length: 65536"),
-			want: `linemq.yaml:2: mqtt.max_client_id_length: 65536 out of range (0..65535)`,
+			want: `linemq.yaml:2: mqtt.max_client_id_length: 65536 out of range (1..65535)`,
 		},
 		{
-			name: "connect timeout negative",
-			yaml: lines("mqtt:", "  connect_timeout: -10s"),
-			want: `linemq.yaml:2: mqtt.connect_timeout: must not be negative (got -10s)`,
+			name: "topic length too large",
+			yaml: lines("mqtt:", "  max_topic_length: 70000"),
+			want: `linemq.yaml:2: mqtt.max_topic_length: 70000 out of range (1..65535, or unlimited)`,
 		},
 		{
-			name: "write timeout negative",
-			yaml: lines("mqtt:", "  write_timeout: -1s"),
-			want: `linemq.yaml:2: mqtt.write_timeout: must not be negative (got -1s)`,
+			name: "connect timeout unlimited",
+			yaml: lines("mqtt:", "  connect_timeout: unlimited"),
+			want: `linemq.yaml:2: mqtt.connect_timeout: cannot be unlimited (1ms or more)`,
 		},
 		{
 			name: "listen without port",
@@ -336,9 +415,9 @@ func TestValidateErrors(t *testing.T) {
 			want: `linemq.yaml:4: shared_subscriptions.groups[0].min_members: must not be negative (got -1)`,
 		},
 		{
-			name: "max members negative",
-			yaml: lines("shared_subscriptions:", "  groups:", "    - name: a", "      max_members: -1"),
-			want: `linemq.yaml:4: shared_subscriptions.groups[0].max_members: must not be negative (got -1)`,
+			name: "max members zero",
+			yaml: lines("shared_subscriptions:", "  groups:", "    - name: a", "      max_members: 0"),
+			want: `linemq.yaml:4: shared_subscriptions.groups[0].max_members: 0 is not allowed (1 or more, or unlimited); leave the key out, or write unlimited, for no limit`,
 		},
 		{
 			name: "min members above max",
@@ -347,10 +426,10 @@ func TestValidateErrors(t *testing.T) {
 		},
 		{
 			name: "several errors",
-			yaml: lines("log_level: loud", "mqtt:", "  receive_maximum: 0", "storage:", "  sync: never"),
-			want: `linemq.yaml:1: log_level: unknown level "loud" (valid: debug, info, warn, error)` + "\n" +
-				`linemq.yaml:3: mqtt.receive_maximum: 0 out of range (1..65535)` + "\n" +
-				`linemq.yaml:5: storage.sync: unknown value "never" (valid: always, batch, none)`,
+			yaml: lines("node_id: a/b", "mqtt:", "  receive_maximum: 0", "storage:", "  batch_interval: 0s"),
+			want: `linemq.yaml:1: node_id: "a/b" must not contain "/", spaces or control characters` + "\n" +
+				`linemq.yaml:3: mqtt.receive_maximum: 0 is not allowed (1..65535); leave the key out for the default (1024)` + "\n" +
+				`linemq.yaml:5: storage.batch_interval: 0 is not allowed (1ms or more); leave the key out for the default (10ms)`,
 		},
 	}
 	for _, tt := range tests {
@@ -370,6 +449,92 @@ func TestValidateErrors(t *testing.T) {
 	}
 }
 
+// TestZeroAndUnlimited checks the rule of docs/configuration.md on every
+// limit key: left out it is the default; 0 is an error naming the key
+// (except topic_alias_maximum, where 0 means no aliases); "unlimited" is
+// accepted where the limit can be switched off, and reaches the broker as
+// its own "no limit".
+func TestZeroAndUnlimited(t *testing.T) {
+	// unlimited: what broker.Options gets for "unlimited" (nil: refused).
+	tests := []struct {
+		key       string
+		zero      string // the value 0 is written as
+		zeroOK    bool
+		unlimited func(broker.Options) bool
+	}{
+		{key: "mqtt.max_packet_size", zero: "0"},
+		{key: "mqtt.receive_maximum", zero: "0"},
+		{key: "mqtt.topic_alias_maximum", zero: "0", zeroOK: true},
+		{key: "mqtt.max_keepalive", zero: "0s", unlimited: func(o broker.Options) bool { return o.MaxKeepAlive == 0 }},
+		{key: "mqtt.max_session_expiry", zero: "0s", unlimited: func(o broker.Options) bool { return o.MaxSessionExpiry == 0 }},
+		{key: "mqtt.max_queued_messages", zero: "0"},
+		{key: "mqtt.max_queued_total", zero: "0", unlimited: func(o broker.Options) bool { return o.MaxQueuedTotal < 0 }},
+		{key: "mqtt.max_pending_bytes", zero: "0"},
+		{key: "mqtt.max_pending_bytes_total", zero: "0KiB", unlimited: func(o broker.Options) bool { return o.MaxPendingBytesTotal < 0 }},
+		{key: "mqtt.max_client_id_length", zero: "0"},
+		{key: "mqtt.max_topic_levels", zero: "0", unlimited: func(o broker.Options) bool { return o.MaxTopicLevels < 0 }},
+		{key: "mqtt.max_topic_length", zero: "0", unlimited: func(o broker.Options) bool { return o.MaxTopicLength < 0 }},
+		{key: "mqtt.partial_packet_timeout", zero: "0ms", unlimited: func(o broker.Options) bool { return o.PartialPacketTimeout < 0 }},
+		{key: "mqtt.connect_timeout", zero: "0s"},
+		{key: "mqtt.write_timeout", zero: "0s"},
+		{key: "storage.batch_interval", zero: "0s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key, func(t *testing.T) {
+			section, name, _ := strings.Cut(tt.key, ".")
+			doc := func(v string) []byte { return []byte(lines(section+":", "  "+name+": "+v)) }
+
+			c, err := Parse(doc(tt.zero), file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.Validate()
+			if tt.zeroOK {
+				if err != nil {
+					t.Errorf("%s: %v", tt.zero, err)
+				}
+			} else if prefix := "linemq.yaml:2: " + tt.key + ": 0 is not allowed"; err == nil || !strings.HasPrefix(err.Error(), prefix) {
+				t.Errorf("%s: Validate = %v, want %s...", tt.zero, err, prefix)
+			}
+
+			// The same 0 from a flag is blamed on the flag.
+			c = Default()
+			if err := c.Override(tt.key, tt.zero, "flag -x"); err != nil {
+				t.Fatal(err)
+			}
+			err = c.Validate()
+			if !tt.zeroOK {
+				if prefix := "flag -x: " + tt.key + ": 0 is not allowed"; err == nil || !strings.HasPrefix(err.Error(), prefix) {
+					t.Errorf("flag %s: Validate = %v, want %s...", tt.zero, err, prefix)
+				}
+			}
+
+			c, err = Parse(doc("unlimited"), file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.Validate()
+			if tt.unlimited == nil {
+				if prefix := "linemq.yaml:2: " + tt.key + ": cannot be unlimited"; err == nil || !strings.HasPrefix(err.Error(), prefix) {
+					t.Errorf("unlimited: Validate = %v, want %s...", err, prefix)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unlimited: %v", err)
+			}
+			if o := c.BrokerOptions(); !tt.unlimited(o) {
+				t.Errorf("unlimited: BrokerOptions = %+v", o)
+			}
+			srv, err := broker.New(c.BrokerOptions())
+			if err != nil {
+				t.Fatalf("unlimited: broker.New: %v", err)
+			}
+			srv.Close()
+		})
+	}
+}
+
 func TestErrorValues(t *testing.T) {
 	_, err := Parse([]byte("mqtt:\n  recieve_maximum: 1\n"), file)
 	var ce *Error
@@ -380,24 +545,28 @@ func TestErrorValues(t *testing.T) {
 		t.Errorf("got %+v, want %+v", *ce, want)
 	}
 
-	c, err := Parse([]byte("shared_subscriptions:\n  strategy: fastest\n"), file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = c.Validate()
-	if !errors.Is(err, share.ErrUnknownStrategy) {
+	c := Default()
+	c.SharedSubscriptions.Strategy = "fastest"
+	if err := c.Validate(); !errors.Is(err, share.ErrUnknownStrategy) {
 		t.Errorf("Validate error %v does not wrap share.ErrUnknownStrategy", err)
 	}
 }
 
 // TestValidateInCode checks errors about a Config built in code: they name
-// the key but no file or line.
+// the key but no file or line, and a zero is a default, not an error.
 func TestValidateInCode(t *testing.T) {
 	c := &Config{}
 	c.MQTT.ReceiveMaximum = 70000
+	c.MQTT.MaxQueuedTotal = Unlimited
+	c.MQTT.MaxPacketSize = -5
+	c.LogFormat = "xml"
+	c.Storage.Sync = SyncMode(7)
 	c.SharedSubscriptions.Groups = []ShareGroup{{Strategy: "fastest", Name: "g"}}
-	want := `mqtt.receive_maximum: 70000 out of range (1..65535)` + "\n" +
-		`shared_subscriptions.groups[0].strategy: unknown strategy "fastest" (valid: round_robin, random, sticky, hash_clientid, hash_topic, prefer_local)`
+	want := `log_format: unknown format "xml" (valid: text, json)` + "\n" +
+		`mqtt.max_packet_size: cannot be unlimited (1..268435460)` + "\n" +
+		`mqtt.receive_maximum: 70000 out of range (1..65535)` + "\n" +
+		`shared_subscriptions.groups[0].strategy: unknown strategy "fastest" ` + strategies + "\n" +
+		`storage.sync: unknown sync mode "SyncMode(7)" (want always, batch or none)`
 	if err := c.Validate(); err == nil || err.Error() != want {
 		t.Errorf("Validate error\n got: %v\nwant: %s", err, want)
 	}
@@ -424,10 +593,13 @@ func TestOverride(t *testing.T) {
 	}
 
 	// A bad value from a flag is blamed on the flag, not on the file's line.
-	if err := c.Override("log_level", "loud", "flag -log-level"); err != nil {
+	if err := c.Override("mqtt.max_queued_messages", "70000000000", "flag -q"); err != nil {
 		t.Fatal(err)
 	}
-	want := `flag -log-level: log_level: unknown level "loud" (valid: debug, info, warn, error)`
+	if err := c.Override("mqtt.receive_maximum", "70000", "flag -r"); err != nil {
+		t.Fatal(err)
+	}
+	want := `flag -r: mqtt.receive_maximum: 70000 out of range (1..65535)`
 	if err := c.Validate(); err == nil || err.Error() != want {
 		t.Errorf("Validate error\n got: %v\nwant: %s", err, want)
 	}
@@ -437,13 +609,19 @@ func TestOverride(t *testing.T) {
 		{"nope.listen", "1", `flag -x: unknown key "nope.listen"`},
 		{"mqtt", "1", `flag -x: mqtt: not a single value`},
 		{"shared_subscriptions.groups", "1", `flag -x: shared_subscriptions.groups: not a single value`},
-		{"mqtt.max_packet_size", "big", `flag -x: mqtt.max_packet_size: "big" is not an integer`},
+		{"mqtt.max_packet_size", "big", `flag -x: mqtt.max_packet_size: "big" is not a size (write a number of bytes, or one with KiB, MiB or GiB: "64KiB")`},
 		{"mqtt.connect_timeout", "10", `flag -x: mqtt.connect_timeout: "10" is not a duration (write it like "10s", "500ms" or "1h30m")`},
+		{"log_level", "loud", `flag -x: log_level: unknown level "loud" (valid: debug, info, warn, error)`},
+		{"mqtt.retain_available", "", `flag -x: mqtt.retain_available: expected true or false, got ""`},
 	}
+	before := *c.WithDefaults()
 	for _, tt := range errTests {
 		if err := c.Override(tt.key, tt.value, "flag -x"); err == nil || err.Error() != tt.want {
 			t.Errorf("Override(%q, %q) = %v, want %s", tt.key, tt.value, err, tt.want)
 		}
+	}
+	if after := *c.WithDefaults(); !reflect.DeepEqual(after, before) {
+		t.Errorf("failed overrides changed the configuration:\n%+v\nwas\n%+v", after, before)
 	}
 }
 
@@ -452,6 +630,7 @@ func TestOverrideInCode(t *testing.T) {
 	for _, kv := range [][2]string{
 		{"mqtt.listen", ""}, {"http.listen", "127.0.0.1:0"}, {"data_dir", "/var/lib/linemq"},
 		{"node_id", "gw-7"}, {"mqtt.retain_available", "false"}, {"mqtt.topic_alias_maximum", "0"},
+		{"log_format", "json"}, {"mqtt.max_queued_total", "unlimited"}, {"node_id", "123"}, {"data_dir", "null"},
 	} {
 		if err := c.Override(kv[0], kv[1], "test"); err != nil {
 			t.Fatalf("Override(%q, %q): %v", kv[0], kv[1], err)
@@ -461,27 +640,36 @@ func TestOverrideInCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := c.WithDefaults()
-	if *e.MQTT.Listen != "" || *e.HTTP.Listen != "127.0.0.1:0" || e.DataDir != "/var/lib/linemq" || e.NodeID != "gw-7" {
+	if *e.MQTT.Listen != "" || *e.HTTP.Listen != "127.0.0.1:0" || e.DataDir != "null" || e.NodeID != "123" || e.LogFormat != LogJSON {
 		t.Errorf("overrides not applied: %+v", e)
 	}
 	o := c.BrokerOptions()
-	if !o.DisableRetain || o.TopicAliasMaximum != -1 || o.NodeID != "gw-7" {
+	if !o.DisableRetain || o.TopicAliasMaximum != -1 || o.NodeID != "123" || o.MaxQueuedTotal != -1 {
 		t.Errorf("BrokerOptions = %+v", o)
+	}
+}
+
+// TestOverrideOwnPointers checks that Override does not write through a
+// pointer the Config shares with its caller.
+func TestOverrideOwnPointers(t *testing.T) {
+	addr := "127.0.0.1:1"
+	c := Default()
+	c.MQTT.Listen = &addr
+	if err := c.Override("mqtt.listen", "127.0.0.1:2", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if addr != "127.0.0.1:1" || *c.MQTT.Listen != "127.0.0.1:2" {
+		t.Errorf("caller's address %q, config's %q", addr, *c.MQTT.Listen)
+	}
+	e := c.WithDefaults()
+	*e.MQTT.Listen = "changed"
+	if *c.MQTT.Listen != "127.0.0.1:2" {
+		t.Error("WithDefaults shares pointers with its receiver")
 	}
 }
 
 func TestDefaults(t *testing.T) {
 	def := Default()
-	for _, data := range []string{"", "# only a comment\n", "---\n", "mqtt:\n", "mqtt:\n  listen:\n  retain_available: ~\n", "---\n...\n", "log_level: info\n---\n"} {
-		c, err := Parse([]byte(data), file)
-		if err != nil {
-			t.Fatalf("Parse(%q): %v", data, err)
-		}
-		c.src = nil
-		if !reflect.DeepEqual(c, def) {
-			t.Errorf("Parse(%q) = %+v\nwant Default() = %+v", data, c, def)
-		}
-	}
 	if got := (&Config{}).WithDefaults(); !reflect.DeepEqual(got, def) {
 		t.Errorf("Config{}.WithDefaults() = %+v\nwant %+v", got, def)
 	}
@@ -499,24 +687,29 @@ func TestDefaults(t *testing.T) {
 		host = "linemq"
 	}
 	want := broker.Options{
-		NodeID:            host,
-		MaxPacketSize:     1 << 20,
-		ReceiveMaximum:    1024,
-		TopicAliasMaximum: 1024,
-		MaxQueuedMessages: 1000,
-		MaxPendingBytes:   1 << 20,
-		MaxClientIDLength: 256,
-		ConnectTimeout:    10 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		Shares:            broker.ShareOptions{Strategy: "round_robin", Overload: "backpressure"},
+		NodeID:               host,
+		MaxPacketSize:        1 << 20,
+		ReceiveMaximum:       1024,
+		TopicAliasMaximum:    1024,
+		MaxQueuedMessages:    1000,
+		MaxQueuedTotal:       100_000,
+		MaxPendingBytes:      1 << 20,
+		MaxPendingBytesTotal: 256 << 20,
+		MaxClientIDLength:    256,
+		MaxTopicLevels:       128,
+		MaxTopicLength:       4096,
+		PartialPacketTimeout: 30 * time.Second,
+		ConnectTimeout:       10 * time.Second,
+		WriteTimeout:         30 * time.Second,
+		Shares:               broker.ShareOptions{Strategy: "round_robin", Overload: "backpressure"},
 	}
 	for name, c := range map[string]*Config{"zero": {}, "Default": def} {
 		if got := c.BrokerOptions(); !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: BrokerOptions = %+v\nwant %+v", name, got, want)
 		}
 	}
-	if *def.MQTT.Listen != ":1883" || *def.HTTP.Listen != ":8080" || def.DataDir != "./data" ||
-		def.Storage.Sync != "batch" || def.Storage.BatchInterval != 10*time.Millisecond {
+	if *def.MQTT.Listen != ":1883" || *def.HTTP.Listen != ":8080" || def.DataDir != "./data" || def.LogFormat != LogText ||
+		bolt.SyncMode(def.Storage.Sync) != bolt.SyncBatch || def.Storage.BatchInterval != Duration(10*time.Millisecond) {
 		t.Errorf("Default() = %+v", def)
 	}
 
@@ -534,16 +727,22 @@ func TestValues(t *testing.T) {
 	data := lines(
 		"node_id: gw-1",
 		"log_level: warn",
+		"log_format: json",
 		"mqtt:",
 		`  listen: ""`,
-		"  max_packet_size: 0x10000",
-		"  receive_maximum: 1_000",
+		"  max_packet_size: 64KiB",
+		"  receive_maximum: 1000",
 		"  topic_alias_maximum: 0",
 		"  max_keepalive: 2m",
 		"  max_session_expiry: 24h",
 		"  max_queued_messages: 10",
+		"  max_queued_total: unlimited",
 		"  max_pending_bytes: 4096",
+		"  max_pending_bytes_total: 64MiB",
 		"  max_client_id_length: 64",
+		"  max_topic_levels: 16",
+		"  max_topic_length: unlimited",
+		"  partial_packet_timeout: 5s",
 		"  connect_timeout: 5s",
 		"  write_timeout: 1s",
 		"  retain_available: false",
@@ -552,17 +751,21 @@ func TestValues(t *testing.T) {
 		"  shared_subscriptions: off",
 		"shared_subscriptions:",
 		"  strategy: random",
+		"  overload: drop_oldest",
 		"  groups:",
 		"    - name: hist-*",
 		"      strategy: hash_topic",
+		"      overload: backpressure",
 		"      skip_full_members: false",
 		"      redispatch_on_disconnect: true",
 		"      allowed_clients: [historian-*]",
 		"      min_members: 1",
 		"      max_members: 2",
 		"    - name: work",
+		"      max_members: unlimited",
 		"storage:",
 		"  sync: always",
+		"  batch_interval: 50ms",
 	)
 	c, err := Parse([]byte(data), file)
 	if err != nil {
@@ -571,34 +774,40 @@ func TestValues(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if *c.MQTT.Listen != "" || c.Level() != slog.LevelWarn || c.Storage.Sync != "always" {
+	if *c.MQTT.Listen != "" || c.Level() != slog.LevelWarn || c.LogFormat != LogJSON ||
+		bolt.SyncMode(c.Storage.Sync) != bolt.SyncAlways || c.Storage.BatchInterval != Duration(50*time.Millisecond) {
 		t.Errorf("config = %+v", c)
 	}
 	want := broker.Options{
-		NodeID:              "gw-1",
-		MaxPacketSize:       65536,
-		ReceiveMaximum:      1000,
-		TopicAliasMaximum:   -1,
-		MaxKeepAlive:        2 * time.Minute,
-		MaxSessionExpiry:    24 * time.Hour,
-		MaxQueuedMessages:   10,
-		MaxPendingBytes:     4096,
-		MaxClientIDLength:   64,
-		ConnectTimeout:      5 * time.Second,
-		WriteTimeout:        time.Second,
-		DisableRetain:       true,
-		DisableWildcardSubs: true,
-		DisableSubIDs:       true,
-		DisableSharedSubs:   true,
+		NodeID:               "gw-1",
+		MaxPacketSize:        65536,
+		ReceiveMaximum:       1000,
+		TopicAliasMaximum:    -1,
+		MaxKeepAlive:         2 * time.Minute,
+		MaxSessionExpiry:     24 * time.Hour,
+		MaxQueuedMessages:    10,
+		MaxQueuedTotal:       -1,
+		MaxPendingBytes:      4096,
+		MaxPendingBytesTotal: 64 << 20,
+		MaxClientIDLength:    64,
+		MaxTopicLevels:       16,
+		MaxTopicLength:       -1,
+		PartialPacketTimeout: 5 * time.Second,
+		ConnectTimeout:       5 * time.Second,
+		WriteTimeout:         time.Second,
+		DisableRetain:        true,
+		DisableWildcardSubs:  true,
+		DisableSubIDs:        true,
+		DisableSharedSubs:    true,
 		Shares: broker.ShareOptions{
 			Strategy: "random",
-			Overload: "backpressure",
+			Overload: "drop_oldest",
 			Groups: []broker.GroupPolicy{
 				{
-					Name: "hist-*", Strategy: "hash_topic", StrictRotation: true, RedispatchOnDisconnect: true,
-					AllowedClients: []string{"historian-*"}, MinMembers: 1, MaxMembers: 2,
+					Name: "hist-*", Strategy: "hash_topic", Overload: "backpressure", StrictRotation: true,
+					RedispatchOnDisconnect: true, AllowedClients: []string{"historian-*"}, MinMembers: 1, MaxMembers: 2,
 				},
-				{Name: "work", Strategy: "random"},
+				{Name: "work", Strategy: "random", Overload: "drop_oldest"},
 			},
 		},
 	}
@@ -610,7 +819,7 @@ func TestValues(t *testing.T) {
 // TestExample loads the example shipped in the documentation: it must be
 // valid and its values must be the defaults it claims, plus its one group.
 func TestExample(t *testing.T) {
-	c, err := Load("testdata/linemq.example.yaml")
+	c, err := Load(example)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -631,6 +840,42 @@ func TestExample(t *testing.T) {
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("example =\n%+v\nwant\n%+v", c, want)
 	}
+
+	// Every key of the schema is in the example, set or commented out, so
+	// that it documents them all.
+	text, err := os.ReadFile(example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range schemaKeys(reflect.TypeFor[Config](), "") {
+		name := key[strings.LastIndex(key, ".")+1:]
+		if !strings.Contains(string(text), " "+name+":") && !strings.Contains(string(text), "\n"+name+":") {
+			t.Errorf("%s is not in %s", key, example)
+		}
+	}
+}
+
+// schemaKeys lists the key paths of the struct type t (a list's items
+// written as "[]").
+func schemaKeys(t reflect.Type, prefix string) []string {
+	var keys []string
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "" {
+			continue
+		}
+		ft := f.Type
+		if ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct {
+			keys = append(keys, schemaKeys(ft.Elem(), prefix+name+"[].")...)
+			continue
+		}
+		if ft.Kind() == reflect.Struct {
+			keys = append(keys, schemaKeys(ft, prefix+name+".")...)
+			continue
+		}
+		keys = append(keys, prefix+name)
+	}
+	return keys
 }
 
 func TestLoadMissing(t *testing.T) {
@@ -640,12 +885,24 @@ func TestLoadMissing(t *testing.T) {
 	}
 }
 
-// TestOverflowInt checks that a value that fits int64 but not the platform's
-// int is refused, not wrapped (int is 32 bits on ARMv7).
-func TestOverflowInt(t *testing.T) {
-	var n int8
-	err := setScalar(reflect.ValueOf(&n).Elem(), "300")
-	if err == nil || err.Error() != "300 is too large" {
-		t.Errorf("setScalar(int8, 300) = %v", err)
+func TestSize(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want Size
+		out  string
+	}{
+		{"0", 0, "0"}, {"1000", 1000, "1000"}, {"1024", KiB, "1KiB"}, {"64KiB", 64 * KiB, "64KiB"},
+		{"1536KiB", 1536 * KiB, "1536KiB"}, {"1MiB", MiB, "1MiB"}, {"2GiB", 2 * GiB, "2GiB"},
+		{"unlimited", Unlimited, "unlimited"},
+	} {
+		got, err := parseSize(tt.in)
+		if err != nil || got != tt.want || got.String() != tt.out {
+			t.Errorf("parseSize(%q) = %d (%v), %v; want %d (%s)", tt.in, got, got, err, tt.want, tt.out)
+		}
+	}
+	for _, in := range []string{"", "MiB", "1 MiB", "1.5MiB", "1MB", "1k", "0x100", "-1KiB"} {
+		if got, err := parseSize(in); err == nil {
+			t.Errorf("parseSize(%q) = %v, want an error", in, got)
+		}
 	}
 }

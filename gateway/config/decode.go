@@ -8,9 +8,9 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -116,16 +116,43 @@ func Load(path string) (*Config, error) {
 // name its errors carry. It checks syntax, keys and the type of each value;
 // ranges and cross-field rules are left to [Config.Validate]. Every problem
 // found is reported, joined.
+//
+// The file is read twice: once into a yaml.Node tree, which records the
+// line of every key, and once by yaml.v3's decoder with KnownFields, which
+// decodes the values and reports unknown keys, repeated keys and bad values
+// by line only; the tree turns those lines back into key paths.
 func Parse(data []byte, name string) (*Config, error) {
 	c := Default()
 	c.src = &source{at: make(map[string]pos)}
+	root, err := document(data, name)
+	if err != nil || root == nil {
+		return c, err // nil root: an empty file, all defaults
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, &Error{File: name, Line: root.Line, Err: fmt.Errorf("expected a mapping of keys at the top level, got %s", kindName(root))}
+	}
+	ix := index{file: name, src: c.src}
+	ix.walk(root, "")
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil {
+		return nil, ix.errors(err)
+	}
+	return c, nil
+}
+
+// document parses data into a node tree and returns its root value, or nil
+// for a file that holds nothing (empty, only comments, or only "---").
+func document(data []byte, name string) (*yaml.Node, error) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil && err != io.EOF {
+	if err := dec.Decode(&doc); err == io.EOF {
+		return nil, nil
+	} else if err != nil {
 		return nil, syntaxError(name, err)
 	}
-	// A second document would be ignored by a plain Unmarshal: most likely
-	// two files pasted together, of which only the first would count.
+	// A second document would be ignored by the decoder: most likely two
+	// files pasted together, of which only the first would count.
 	var next yaml.Node
 	if err := dec.Decode(&next); err != io.EOF {
 		if err != nil {
@@ -135,22 +162,10 @@ func Parse(data []byte, name string) (*Config, error) {
 			return nil, &Error{File: name, Line: next.Content[0].Line, Err: errors.New(`a second document (after "---"): the configuration must be one document`)}
 		}
 	}
-	if doc.Kind == 0 || len(doc.Content) == 0 {
-		return c, nil // an empty file: all defaults
+	if len(doc.Content) == 0 || isNull(doc.Content[0]) {
+		return nil, nil
 	}
-	root := doc.Content[0]
-	if isNull(root) {
-		return c, nil // a file holding only comments or "---"
-	}
-	d := decoder{src: c.src, file: name}
-	if root.Kind != yaml.MappingNode {
-		return nil, &Error{File: name, Line: root.Line, Err: fmt.Errorf("expected a mapping of keys at the top level, got %s", kindName(root))}
-	}
-	d.value(root, reflect.ValueOf(c).Elem(), "", pos{name, root.Line})
-	if len(d.errs) > 0 {
-		return nil, errors.Join(d.errs...)
-	}
-	return c, nil
+	return doc.Content[0], nil
 }
 
 // yamlLine matches the line number in yaml.v3's syntax errors.
@@ -170,223 +185,246 @@ func syntaxError(name string, err error) error {
 
 // Override sets the value at key (a dotted path such as "mqtt.listen"; list
 // items cannot be addressed) from its text form, as if a file had said
-// `key: value` with value quoted, and records origin (for example
-// "flag -mqtt-listen") as where it came from, so that errors about it name
-// the flag rather than the line of the file it replaced.
+// `key: value`, and records origin (for example "flag -mqtt-listen") as
+// where it came from, so that errors about it name the flag rather than the
+// line of the file it replaced. An empty value is the empty string (which
+// disables a listener), not "no value". On error c is unchanged.
 func (c *Config) Override(key, value, origin string) error {
-	v := reflect.ValueOf(c).Elem()
-	for name := range strings.SplitSeq(key, ".") {
-		f, ok := fieldByKey(v, name)
-		if !ok {
-			return &Error{File: origin, Key: key, Err: ErrUnknownKey}
-		}
-		v = f
+	// The value goes through the same decoder as a file's, as a one-key
+	// document, so that a flag accepts exactly what the file does.
+	v := &yaml.Node{Kind: yaml.ScalarNode, Value: value}
+	switch value {
+	case "", "~", "null", "Null", "NULL":
+		// Plain, these would be YAML's null, which keeps the default.
+		v.Style = yaml.DoubleQuotedStyle
 	}
-	if k := v.Kind(); k == reflect.Struct || k == reflect.Slice {
-		return &Error{File: origin, Key: key, Err: errors.New("not a single value")}
+	for _, name := range slices.Backward(strings.Split(key, ".")) {
+		v = &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{{Kind: yaml.ScalarNode, Value: name}, v}}
 	}
-	if c.src == nil {
-		c.src = &source{at: make(map[string]pos)}
+	data, err := yaml.Marshal(v)
+	if err != nil {
+		return &Error{File: origin, Key: key, Err: err}
 	}
-	p := pos{file: origin}
-	d := decoder{src: c.src, file: origin}
-	d.value(&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: value}, v, key, p)
-	if len(d.errs) > 0 {
-		return errors.Join(d.errs...)
+	// Decoded onto a copy with pointers of its own: yaml.v3 writes through
+	// pointers, which c may share with another Config or its caller.
+	o := *c
+	fill(reflect.ValueOf(&o).Elem(), reflect.Value{})
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&o); err != nil {
+		return overrideError(origin, key, value, err)
 	}
-	c.src.at[key] = p
+	if o.src == nil {
+		o.src = &source{at: make(map[string]pos)}
+	}
+	o.src.at[key] = pos{file: origin}
+	*c = o
 	return nil
 }
 
-// decoder walks a YAML node tree against a Go value, field by field, so
-// that every error can name its key path and line; yaml.v3's own decoder
-// reports neither for unknown keys.
-type decoder struct {
-	src  *source
-	file string
-	errs []error
-}
-
-func (d *decoder) fail(p pos, key string, err error) {
-	d.errs = append(d.errs, &Error{File: p.file, Line: p.line, Key: key, Err: err})
-}
-
-var durationType = reflect.TypeFor[time.Duration]()
-
-// value decodes n into v. key is v's key path and p where its key was
-// written. A null value (`key:` or `key: ~`) leaves v as it is, so a key
-// with no value keeps its default.
-func (d *decoder) value(n *yaml.Node, v reflect.Value, key string, p pos) {
-	for n.Kind == yaml.AliasNode {
-		n = n.Alias
+// overrideError is Override's error: everything is about the one key.
+func overrideError(origin, key, value string, err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return &Error{File: origin, Key: key, Err: err}
 	}
-	if isNull(n) {
-		return
-	}
-	switch v.Kind() {
-	case reflect.Pointer:
-		// A fresh pointer rather than writing through the old one: the old
-		// one may be shared (WithDefaults copies share pointers).
-		nv := reflect.New(v.Type().Elem())
-		if !v.IsNil() {
-			nv.Elem().Set(v.Elem())
-		}
-		before := len(d.errs)
-		d.value(n, nv.Elem(), key, p)
-		if len(d.errs) == before {
-			v.Set(nv)
-		}
-	case reflect.Struct:
-		d.mapping(n, v, key, p)
-	case reflect.Slice:
-		if n.Kind != yaml.SequenceNode {
-			d.fail(p, key, fmt.Errorf("expected a list, got %s", kindName(n)))
-			return
-		}
-		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
-		for i, item := range n.Content {
-			ik := fmt.Sprintf("%s[%d]", key, i)
-			ip := pos{p.file, item.Line}
-			d.src.at[ik] = ip
-			d.value(item, s.Index(i), ik, ip)
-		}
-		v.Set(s)
-	default:
-		if n.Kind != yaml.ScalarNode {
-			d.fail(p, key, fmt.Errorf("expected %s, got %s", typeName(v.Type()), kindName(n)))
-			return
-		}
-		if err := setScalar(v, n.Value); err != nil {
-			d.fail(p, key, err)
-		}
-	}
-}
-
-// mapping decodes the keys of n into the fields of the struct v.
-func (d *decoder) mapping(n *yaml.Node, v reflect.Value, key string, p pos) {
-	if n.Kind != yaml.MappingNode {
-		d.fail(p, key, fmt.Errorf("expected a mapping of keys, got %s", kindName(n)))
-		return
-	}
-	seen := make(map[string]int) // key -> line, to catch repeats
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		kn, vn := n.Content[i], n.Content[i+1]
-		kp := pos{p.file, kn.Line}
-		name := kn.Value
-		fk := name
-		if key != "" {
-			fk = key + "." + name
-		}
-		if kn.Kind != yaml.ScalarNode {
-			d.fail(kp, key, fmt.Errorf("expected a key name, got %s", kindName(kn)))
-			continue
-		}
-		if first, ok := seen[name]; ok {
-			d.fail(kp, fk, fmt.Errorf("repeated key (first set at line %d)", first))
-			continue
-		}
-		seen[name] = kn.Line
-		f, ok := fieldByKey(v, name)
-		if !ok {
-			d.fail(kp, fk, ErrUnknownKey)
-			continue
-		}
-		d.src.at[fk] = kp
-		d.value(vn, f, fk, kp)
-	}
-}
-
-// fieldByKey returns the field of struct v whose yaml tag is name.
-func fieldByKey(v reflect.Value, name string) (reflect.Value, bool) {
-	if v.Kind() != reflect.Struct {
-		return reflect.Value{}, false
-	}
-	t := v.Type()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		if tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); tag == name {
-			return v.Field(i), true
-		}
-	}
-	return reflect.Value{}, false
-}
-
-// setScalar parses s into v, a string, bool, integer or duration.
-func setScalar(v reflect.Value, s string) error {
-	switch {
-	case v.Type() == durationType:
-		dur, err := time.ParseDuration(s)
-		if err != nil {
-			return fmt.Errorf("%q is not a duration (write it like \"10s\", \"500ms\" or \"1h30m\")", s)
-		}
-		v.SetInt(int64(dur))
-	case v.Kind() == reflect.String:
-		v.SetString(s)
-	case v.Kind() == reflect.Bool:
-		switch strings.ToLower(s) {
-		case "true", "yes", "on":
-			v.SetBool(true)
-		case "false", "no", "off":
-			v.SetBool(false)
+	var errs []error
+	for _, s := range te.Errors {
+		_, _, msg := splitPosition(s)
+		switch m := yamlMessage(msg); {
+		case m.unknown != "":
+			errs = append(errs, &Error{File: origin, Key: key, Err: ErrUnknownKey})
+		case m.into == "a mapping of keys" || m.into == "a list":
+			errs = append(errs, &Error{File: origin, Key: key, Err: errors.New("not a single value")})
+		case m.into != "":
+			errs = append(errs, &Error{File: origin, Key: key, Err: fmt.Errorf("expected %s, got %q", m.into, value)})
 		default:
-			return fmt.Errorf("%q is not true or false", s)
-		}
-	case v.CanInt():
-		n, err := parseInt(s)
-		if errors.Is(err, strconv.ErrRange) || (err == nil && v.OverflowInt(n)) {
-			// The int is 32 bits on ARMv7: say so rather than wrap around.
-			return fmt.Errorf("%s is too large", s)
-		}
-		if err != nil {
-			return fmt.Errorf("%q is not an integer", s)
-		}
-		v.SetInt(n)
-	default:
-		panic("config: no decoder for " + v.Type().String())
-	}
-	return nil
-}
-
-// parseInt accepts decimal, and 0x/0o/0b prefixes and _ separators as YAML
-// and Go do; a leading zero does not make a number octal.
-func parseInt(s string) (int64, error) {
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		if n2, err2 := strconv.ParseInt(s, 0, 64); err2 == nil || errors.Is(err2, strconv.ErrRange) {
-			return n2, err2
+			errs = append(errs, &Error{File: origin, Key: key, Err: errors.New(msg)})
 		}
 	}
-	return n, err
+	return errors.Join(errs...)
 }
 
 func isNull(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
 }
 
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		return fmt.Sprintf("%q", n.Value)
-	}
-	return "nothing"
+// index records every key of a document with the nodes of the key and its
+// value, to turn the lines of yaml.v3's errors into key paths.
+type index struct {
+	file    string
+	src     *source // where each path is recorded
+	entries []entry // in document order
 }
 
-func typeName(t reflect.Type) string {
-	switch {
-	case t == durationType:
-		return "a duration"
-	case t.Kind() == reflect.String:
-		return "a string"
-	case t.Kind() == reflect.Bool:
-		return "true or false"
-	default:
-		return "an integer"
+// entry is one key of the document, or one item of a list.
+type entry struct {
+	path  string     // "mqtt.listen", "shared_subscriptions.groups[1]"
+	key   *yaml.Node // the key, or the item itself
+	value *yaml.Node
+}
+
+// walk records the keys under n, whose path is path. It does not follow
+// aliases: their content is recorded where the anchor defines it, which is
+// also where yaml.v3 reports its errors.
+func (ix *index) walk(n *yaml.Node, path string) {
+	add := func(p string, k, v *yaml.Node) {
+		ix.entries = append(ix.entries, entry{p, k, v})
+		if _, ok := ix.src.at[p]; !ok { // a repeated key keeps its first line
+			ix.src.at[p] = pos{ix.file, k.Line}
+		}
+		ix.walk(v, p)
 	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			p := k.Value
+			if path != "" {
+				p = path + "." + k.Value
+			}
+			add(p, k, n.Content[i+1])
+		}
+	case yaml.SequenceNode:
+		for i, item := range n.Content {
+			add(fmt.Sprintf("%s[%d]", path, i), item, item)
+		}
+	}
+}
+
+// errors turns the error of yaml.v3's Decode into *Errors naming the key
+// path and the line of the key.
+func (ix *index) errors(err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		// Not about one value (such as "document contains excessive
+		// aliasing").
+		return &Error{File: ix.file, Err: errors.New(strings.TrimPrefix(err.Error(), "yaml: "))}
+	}
+	errs := make([]error, 0, len(te.Errors))
+	for _, s := range te.Errors {
+		errs = append(errs, ix.locate(s))
+	}
+	return errors.Join(errs...)
+}
+
+// locate turns one of yaml.v3's messages into an *Error.
+func (ix *index) locate(s string) *Error {
+	line, col, msg := splitPosition(s)
+	e := &Error{File: ix.file, Line: line, Err: errors.New(msg)}
+	m := yamlMessage(msg)
+	switch {
+	case m.unknown != "":
+		if en := ix.find(func(en entry) bool { return en.key.Line == line && en.key.Value == m.unknown }); en != nil {
+			e.Key, e.Err = en.path, ErrUnknownKey
+		}
+	case m.repeated != "":
+		if en := ix.find(func(en entry) bool { return en.key.Line == line && en.key.Value == m.repeated }); en != nil {
+			e.Key = en.path
+			e.Err = fmt.Errorf("repeated key (first set at line %d)", ix.src.at[en.path].line)
+		}
+	case col > 0:
+		// From one of this package's types, which give the column.
+		if en := ix.find(func(en entry) bool { return en.value.Line == line && en.value.Column == col }); en != nil {
+			e.Line, e.Key = en.key.Line, en.path
+		}
+	case m.into != "":
+		// yaml.v3 gives the line of the value only, and its text cut
+		// short: pick the first value on that line of the kind it names.
+		if en := ix.find(func(en entry) bool { return en.value.Line == line && m.matches(en.value) }); en != nil {
+			e.Line, e.Key = en.key.Line, en.path
+			e.Err = fmt.Errorf("expected %s, got %s", m.into, kindName(en.value))
+		}
+	}
+	return e
+}
+
+// find returns the first entry for which ok holds, or nil.
+func (ix *index) find(ok func(entry) bool) *entry {
+	for i := range ix.entries {
+		if ok(ix.entries[i]) {
+			return &ix.entries[i]
+		}
+	}
+	return nil
+}
+
+// position matches the start of yaml.v3's messages, and the column this
+// package's types add (typeError).
+var position = regexp.MustCompile(`^line (\d+): (?:column (\d+): )?`)
+
+// splitPosition splits "line L: [column C: ]problem".
+func splitPosition(s string) (line, col int, msg string) {
+	m := position.FindStringSubmatch(s)
+	if m == nil {
+		return 0, 0, s
+	}
+	line, _ = strconv.Atoi(m[1])
+	col, _ = strconv.Atoi(m[2])
+	return line, col, s[len(m[0]):]
+}
+
+// The messages of yaml.v3's decoder this package rewrites.
+var (
+	notFound   = regexp.MustCompile("^field (.*) not found in type [^ ]+$")
+	alreadySet = regexp.MustCompile("^field (.*) already set in type [^ ]+$")
+	defined    = regexp.MustCompile(`^mapping key (".*") already defined at line \d+$`)
+	cannot     = regexp.MustCompile("^cannot unmarshal !!([a-z]+)(?: `(.*)`)? into ([^ ]+)$")
+)
+
+// message is what one of yaml.v3's messages says.
+type message struct {
+	unknown  string // key name, for "field X not found"
+	repeated string // key name, for "field X already set" and "mapping key X already defined"
+	into     string // the expected value, for "cannot unmarshal"
+	tag      string // the value's tag, for "cannot unmarshal"
+	text     string // the value's text, possibly cut short with "..."
+}
+
+func yamlMessage(msg string) message {
+	if m := notFound.FindStringSubmatch(msg); m != nil {
+		return message{unknown: m[1]}
+	}
+	if m := alreadySet.FindStringSubmatch(msg); m != nil {
+		return message{repeated: m[1]}
+	}
+	if m := defined.FindStringSubmatch(msg); m != nil {
+		if name, err := strconv.Unquote(m[1]); err == nil {
+			return message{repeated: name}
+		}
+	}
+	if m := cannot.FindStringSubmatch(msg); m != nil {
+		return message{into: describeType(m[3]), tag: m[1], text: m[2]}
+	}
+	return message{}
+}
+
+// matches reports whether n is the value a "cannot unmarshal" message is
+// about.
+func (m message) matches(n *yaml.Node) bool {
+	switch m.tag {
+	case "map":
+		return n.Kind == yaml.MappingNode
+	case "seq":
+		return n.Kind == yaml.SequenceNode
+	}
+	return n.Kind == yaml.ScalarNode && strings.HasPrefix(n.Value, strings.TrimSuffix(m.text, "..."))
+}
+
+// describeType names, for a reader of the file, the Go type a value could
+// not be decoded into: only the types yaml.v3 decodes itself reach here.
+func describeType(t string) string {
+	switch {
+	case strings.HasPrefix(t, "[]"):
+		return "a list"
+	case t == "string":
+		return "a string"
+	case t == "bool":
+		return "true or false"
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
+		return "an integer"
+	case strings.HasPrefix(t, "config."):
+		return "a mapping of keys"
+	}
+	return t
 }

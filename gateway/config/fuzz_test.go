@@ -10,7 +10,7 @@ import (
 // FuzzParse checks that no file makes Parse, Validate or BrokerOptions
 // panic, and that whatever passes Validate is accepted by broker.New.
 func FuzzParse(f *testing.F) {
-	if example, err := os.ReadFile("testdata/linemq.example.yaml"); err == nil {
+	if example, err := os.ReadFile(example); err == nil {
 		f.Add(example)
 	}
 	for _, s := range []string{
@@ -18,6 +18,9 @@ func FuzzParse(f *testing.F) {
 		"mqtt:\n  receive_maximum: 0\n  topic_alias_maximum: 0\n  listen: \"\"\n",
 		"shared_subscriptions:\n  groups:\n    - name: a*\n      min_members: 3\n      max_members: 1\n",
 		"a: &x {b: 1}\nc: *x\n", "mqtt:\n  max_keepalive: 1500ms\n",
+		"mqtt: &m {max_queued_total: unlimited, max_pending_bytes_total: 1GiB}\nhttp: *m\n",
+		"mqtt:\n  max_topic_levels: 0\n  partial_packet_timeout: unlimited\n  max_packet_size: 1KiB\n",
+		"storage:\n  sync: none\n  batch_interval: 1ms\nlog_format: json\n",
 	} {
 		f.Add([]byte(s))
 	}

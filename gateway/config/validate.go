@@ -10,63 +10,71 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/linemq/linemq/broker"
-	"github.com/linemq/linemq/broker/share"
+	"github.com/linemq/linemq/broker/packet"
 )
 
 // Limits of the MQTT protocol that Validate enforces.
 const (
-	maxPacketSize     = 268_435_460   // 1 + 4 + 268,435,455 (v5 section 2.1.4)
-	maxUint16         = 65535         // two-byte integers: receive maximum, aliases, keep alive
-	maxSessionExpiry  = 4_294_967_295 // four-byte integer, in seconds
-	maxClientIDLength = 65535         // a UTF-8 string's length prefix is two bytes
+	// maxPacketSize is the largest packet MQTT can frame: one byte of
+	// type and flags, four of Remaining Length, and the most those can
+	// count (v5 section 2.1.4).
+	maxPacketSize = 1 + 4 + packet.MaxRemainingLength
+	// maxUint16 bounds two-byte integers: receive maximum, topic aliases,
+	// keep alive, and the length prefix of strings (client id, topic).
+	maxUint16 = 65535
+	// maxSessionExpiry is the largest four-byte Session Expiry Interval.
+	maxSessionExpiry = Duration(4_294_967_295 * time.Second)
 )
 
 // Validate reports every value that is out of range or inconsistent with
-// another, each as an [*Error] naming its key path and, when the value came
-// from a file or an override, where; several are joined. Unset (zero)
-// fields stand for their defaults, which are valid. As a last line of
+// another: it does not stop at the first, but joins them all with
+// errors.Join, each an [*Error] naming its key path and, when the value
+// came from a file or an override, where. Unset (zero) fields stand for
+// their defaults, which are valid; a 0 written in a file or a flag for a
+// limit is an error (see the package documentation). As a last line of
 // defence it also runs broker.Options.Validate on [Config.BrokerOptions],
 // so a Config that passes is one broker.New accepts.
 func (c *Config) Validate() error {
 	e := c.WithDefaults()
+	d := Default()
 	v := validator{src: c.src}
 
 	if strings.ContainsFunc(e.NodeID, func(r rune) bool { return r == '/' || unicode.IsSpace(r) || !unicode.IsPrint(r) }) {
 		// It becomes part of etcd keys (nodes/<node-id>) in a cluster.
 		v.fail("node_id", fmt.Errorf("%q must not contain \"/\", spaces or control characters", e.NodeID))
 	}
-	if _, ok := logLevels[e.LogLevel]; !ok {
-		v.fail("log_level", fmt.Errorf("unknown level %q (valid: debug, info, warn, error)", e.LogLevel))
-	}
+	v.check("log_level", c.LogLevel.check())
+	v.check("log_format", c.LogFormat.check())
 
-	m := &e.MQTT
-	v.addr("mqtt.listen", *m.Listen)
-	v.intRange("mqtt.max_packet_size", m.MaxPacketSize, 0, maxPacketSize)
-	if c.MQTT.ReceiveMaximum == 0 && c.src.has("mqtt.receive_maximum") {
-		v.fail("mqtt.receive_maximum", errors.New("0 out of range (1..65535)"))
-	} else {
-		v.intRange("mqtt.receive_maximum", m.ReceiveMaximum, 1, maxUint16)
+	// Limits are checked on c, not e: an explicit 0 must not be mistaken
+	// for the default it would become.
+	m, dm := &c.MQTT, &d.MQTT
+	v.addr("mqtt.listen", *e.MQTT.Listen)
+	limit(&v, "mqtt.max_packet_size", m.MaxPacketSize, dm.MaxPacketSize, bounds[Size]{1, maxPacketSize, false})
+	limit(&v, "mqtt.receive_maximum", m.ReceiveMaximum, dm.ReceiveMaximum, bounds[Limit]{1, maxUint16, false})
+	if m.TopicAliasMaximum != nil {
+		limit(&v, "mqtt.topic_alias_maximum", *m.TopicAliasMaximum, *dm.TopicAliasMaximum, bounds[Limit]{0, maxUint16, false})
 	}
-	v.intRange("mqtt.topic_alias_maximum", *m.TopicAliasMaximum, 0, maxUint16)
-	v.seconds("mqtt.max_keepalive", m.MaxKeepAlive, maxUint16)
-	v.seconds("mqtt.max_session_expiry", m.MaxSessionExpiry, maxSessionExpiry)
-	v.nonNegative("mqtt.max_queued_messages", m.MaxQueuedMessages)
-	v.nonNegative("mqtt.max_pending_bytes", m.MaxPendingBytes)
-	v.nonNegative("mqtt.max_queued_total", m.MaxQueuedTotal)
-	v.intRange("mqtt.max_client_id_length", m.MaxClientIDLength, 0, maxClientIDLength)
-	v.nonNegativeDuration("mqtt.connect_timeout", m.ConnectTimeout)
-	v.nonNegativeDuration("mqtt.write_timeout", m.WriteTimeout)
+	v.seconds("mqtt.max_keepalive", m.MaxKeepAlive, dm.MaxKeepAlive, Duration(maxUint16*time.Second))
+	v.seconds("mqtt.max_session_expiry", m.MaxSessionExpiry, dm.MaxSessionExpiry, maxSessionExpiry)
+	limit(&v, "mqtt.max_queued_messages", m.MaxQueuedMessages, dm.MaxQueuedMessages, bounds[Limit]{1, 0, false})
+	limit(&v, "mqtt.max_queued_total", m.MaxQueuedTotal, dm.MaxQueuedTotal, bounds[Limit]{1, 0, true})
+	limit(&v, "mqtt.max_pending_bytes", m.MaxPendingBytes, dm.MaxPendingBytes, bounds[Size]{1, 0, false})
+	limit(&v, "mqtt.max_pending_bytes_total", m.MaxPendingBytesTotal, dm.MaxPendingBytesTotal, bounds[Size]{1, 0, true})
+	limit(&v, "mqtt.max_client_id_length", m.MaxClientIDLength, dm.MaxClientIDLength, bounds[Limit]{1, maxUint16, false})
+	limit(&v, "mqtt.max_topic_levels", m.MaxTopicLevels, dm.MaxTopicLevels, bounds[Limit]{1, maxUint16, true})
+	limit(&v, "mqtt.max_topic_length", m.MaxTopicLength, dm.MaxTopicLength, bounds[Limit]{1, maxUint16, true})
+	limit(&v, "mqtt.partial_packet_timeout", m.PartialPacketTimeout, dm.PartialPacketTimeout, bounds[Duration]{minTimeout, 0, true})
+	limit(&v, "mqtt.connect_timeout", m.ConnectTimeout, dm.ConnectTimeout, bounds[Duration]{minTimeout, 0, false})
+	limit(&v, "mqtt.write_timeout", m.WriteTimeout, dm.WriteTimeout, bounds[Duration]{minTimeout, 0, false})
 
 	v.addr("http.listen", *e.HTTP.Listen)
 
-	s := &e.SharedSubscriptions
-	v.strategy("shared_subscriptions.strategy", s.Strategy)
-	v.overload("shared_subscriptions.overload", s.Overload)
+	s := &c.SharedSubscriptions
+	v.check("shared_subscriptions.strategy", s.Strategy.check())
+	v.check("shared_subscriptions.overload", s.Overload.check())
 	first := make(map[string]int) // group name pattern -> index of its first entry
-	for i, g := range c.SharedSubscriptions.Groups {
-		// The raw entry, not e's: an unset strategy inherits the global
-		// one, whose error is reported above.
+	for i, g := range s.Groups {
 		key := fmt.Sprintf("shared_subscriptions.groups[%d]", i)
 		v.shareName(key+".name", g.Name)
 		if j, dup := first[g.Name]; dup && g.Name != "" {
@@ -74,26 +82,22 @@ func (c *Config) Validate() error {
 		} else {
 			first[g.Name] = i
 		}
-		if g.Strategy != "" {
-			v.strategy(key+".strategy", g.Strategy)
-		}
-		v.overload(key+".overload", g.Overload)
+		v.check(key+".strategy", g.Strategy.check())
+		v.check(key+".overload", g.Overload.check())
 		for j, p := range g.AllowedClients {
 			v.pattern(fmt.Sprintf("%s.allowed_clients[%d]", key, j), p)
 		}
-		v.nonNegative(key+".min_members", g.MinMembers)
-		v.nonNegative(key+".max_members", g.MaxMembers)
-		if g.MaxMembers > 0 && g.MinMembers > g.MaxMembers {
+		if g.MinMembers < 0 {
+			v.fail(key+".min_members", fmt.Errorf("must not be negative (got %d)", g.MinMembers))
+		}
+		limit(&v, key+".max_members", g.MaxMembers, Unlimited, bounds[Limit]{1, 0, true})
+		if g.MaxMembers > 0 && g.MinMembers > int(g.MaxMembers) {
 			v.fail(key+".min_members", fmt.Errorf("%d exceeds max_members (%d)", g.MinMembers, g.MaxMembers))
 		}
 	}
 
-	switch e.Storage.Sync {
-	case "always", "batch", "none":
-	default:
-		v.fail("storage.sync", fmt.Errorf("unknown value %q (valid: always, batch, none)", e.Storage.Sync))
-	}
-	v.nonNegativeDuration("storage.batch_interval", e.Storage.BatchInterval)
+	v.check("storage.sync", c.Storage.Sync.check())
+	limit(&v, "storage.batch_interval", c.Storage.BatchInterval, d.Storage.BatchInterval, bounds[Duration]{minTimeout, 0, false})
 
 	if len(v.errs) == 0 {
 		bo := c.BrokerOptions()
@@ -104,6 +108,10 @@ func (c *Config) Validate() error {
 	}
 	return errors.Join(v.errs...)
 }
+
+// minTimeout is the shortest time limit accepted: anything shorter is a
+// typo for a longer one, or an attempt at "no limit".
+const minTimeout = Duration(time.Millisecond)
 
 // validator collects errors located through src.
 type validator struct {
@@ -116,32 +124,76 @@ func (v *validator) fail(key string, err error) {
 	v.errs = append(v.errs, &Error{File: p.file, Line: p.line, Key: key, Err: err})
 }
 
-func (v *validator) intRange(key string, n, lo, hi int) {
-	if n < lo || n > hi {
-		v.fail(key, fmt.Errorf("%d out of range (%d..%d)", n, lo, hi))
+// check records err, if any, against key.
+func (v *validator) check(key string, err error) {
+	if err != nil {
+		v.fail(key, err)
 	}
 }
 
-func (v *validator) nonNegative(key string, n int) {
-	if n < 0 {
-		v.fail(key, fmt.Errorf("must not be negative (got %d)", n))
-	}
+// bounds are the values a limit key accepts: lo..hi (hi 0: no upper
+// bound), and Unlimited when unlimited is set.
+type bounds[T Limit | Size | Duration] struct {
+	lo, hi    T
+	unlimited bool
 }
 
-func (v *validator) nonNegativeDuration(key string, d time.Duration) {
-	if d < 0 {
-		v.fail(key, fmt.Errorf("must not be negative (got %v)", d))
+// String describes the accepted values: "1..65535", "1ms or more",
+// "1..65535 or unlimited".
+func (b bounds[T]) String() string {
+	var s string
+	if b.hi > 0 {
+		s = showBound(b.lo) + ".." + showBound(b.hi)
+	} else {
+		s = showBound(b.lo) + " or more"
 	}
+	if b.unlimited {
+		s += ", or unlimited"
+	}
+	return s
 }
 
-// seconds checks a duration the protocol carries in whole seconds: the
-// broker would round 1500ms down to 1s, and 500ms to 0, which means "no
-// limit".
-func (v *validator) seconds(key string, d time.Duration, hi int64) {
+// showBound formats a bound; a duration of whole minutes or more in
+// seconds, as the protocol counts them ("65535s", not "18h12m15s").
+func showBound[T Limit | Size | Duration](x T) string {
+	if d, ok := any(x).(Duration); ok && d >= Duration(time.Minute) && d%Duration(time.Second) == 0 {
+		return strconv.FormatInt(int64(d/Duration(time.Second)), 10) + "s"
+	}
+	return fmt.Sprint(x)
+}
+
+// limit checks the limit at key, whose default is def, against b. A zero
+// value stands for the default, unless it was written in a file or given
+// as a flag: then it is an error, as 0 would be ambiguous (the default? no
+// limit?). A negative value is Unlimited.
+func limit[T Limit | Size | Duration](v *validator, key string, n, def T, b bounds[T]) {
 	switch {
-	case d < 0 || d > time.Duration(hi)*time.Second:
-		v.fail(key, fmt.Errorf("%v out of range (0s..%ds)", d, hi))
-	case d%time.Second != 0:
+	case n == 0 && b.lo > 0:
+		if v.src.has(key) {
+			hint := fmt.Sprintf("leave the key out for the default (%v)", def)
+			switch {
+			case def < 0:
+				hint = "leave the key out, or write unlimited, for no limit"
+			case b.unlimited:
+				hint += ", or write unlimited for no limit"
+			}
+			v.fail(key, fmt.Errorf("0 is not allowed (%v); %s", b, hint))
+		}
+	case n < 0:
+		if !b.unlimited {
+			v.fail(key, fmt.Errorf("cannot be unlimited (%v)", b))
+		}
+	case n < b.lo || b.hi > 0 && n > b.hi:
+		v.fail(key, fmt.Errorf("%v out of range (%v)", n, b))
+	}
+}
+
+// seconds checks a cap the protocol carries in whole seconds, default
+// Unlimited: the broker would round 1500ms down to 1s, and 500ms to 0,
+// which it takes for "no cap".
+func (v *validator) seconds(key string, d, def, hi Duration) {
+	limit(v, key, d, def, bounds[Duration]{Duration(time.Second), hi, true})
+	if d > 0 && d%Duration(time.Second) != 0 {
 		v.fail(key, fmt.Errorf("%v is not a whole number of seconds", d))
 	}
 }
@@ -163,22 +215,6 @@ func (v *validator) addr(key, a string) {
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		v.fail(key, fmt.Errorf("invalid port %q in %q (need 0..65535)", port, a))
-	}
-}
-
-func (v *validator) overload(key, s string) {
-	switch s {
-	case "", broker.OverloadBackpressure, broker.OverloadDropOldest:
-	default:
-		v.fail(key, fmt.Errorf("unknown value %q (valid: %s, %s)", s, broker.OverloadBackpressure, broker.OverloadDropOldest))
-	}
-}
-
-func (v *validator) strategy(key, s string) {
-	if _, err := share.ParseStrategy(s); err != nil {
-		// share's message carries its package prefix, which means nothing
-		// to someone editing a YAML file.
-		v.fail(key, &plainError{strings.TrimPrefix(err.Error(), "share: "), err})
 	}
 }
 
@@ -204,13 +240,3 @@ func (v *validator) pattern(key, p string) {
 		v.fail(key, fmt.Errorf("bad pattern %q: %w", p, err))
 	}
 }
-
-// plainError is an error with its own message that still unwraps to the
-// original, so errors.Is(err, share.ErrUnknownStrategy) holds.
-type plainError struct {
-	msg string
-	err error
-}
-
-func (e *plainError) Error() string { return e.msg }
-func (e *plainError) Unwrap() error { return e.err }
