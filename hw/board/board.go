@@ -166,5 +166,8 @@ func (b *Board) String() string {
 	case b.lines == 0:
 		return model + ", no GPIO"
 	}
+	if b.lines == 1 {
+		return model + " (1 GPIO line)"
+	}
 	return fmt.Sprintf("%s (%d GPIO lines)", model, b.lines)
 }
