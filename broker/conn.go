@@ -152,9 +152,7 @@ func (c *conn) readLoop() (packet.ReasonCode, error) {
 			off, rerr := c.frames(buf)
 			c.srv.scratch.Put(c.sc)
 			c.sc = nil
-			if aerr := c.releaseAcks(); rerr == nil {
-				rerr = aerr
-			}
+			c.releaseAcks()
 			c.flush()
 			if rerr == errClientDisconnect || rerr == errRefused {
 				return 0, rerr

@@ -3,7 +3,8 @@
 // routing to ordinary subscribers and share groups.
 //
 // It knows nothing of etcd, bbolt or GPIO. It defines the small interfaces it
-// consumes (Store, Cluster, Authenticator, Events, Clock) and the outer
+// consumes (Store, Authenticator, Events, Clock; the cluster's hooks come
+// with the cluster) and the outer
 // packages implement them; nil means the in-memory, single-node default.
 //
 // # Data path

@@ -232,20 +232,19 @@ var errStoreFailed = &packet.Error{Code: packet.ServerUnavailable, Reason: "pers
 // commit). Acknowledgements of a connection leave in the order of its
 // publishes [MQTT-4.6.0-2]: while any of its batches wait in the syncer,
 // later ones queue behind them even if they need no sync.
-func (c *conn) releaseAcks() error {
+func (c *conn) releaseAcks() {
 	if len(c.held) == 0 && !c.needSync {
-		return nil
+		return
 	}
 	if c.needSync || c.syncing.Load() > 0 {
 		c.needSync = false
 		c.srv.syncer.add(c, c.held)
 		c.held = nil
-		return nil
+		return
 	}
 	c.sendAcks(c.held, nil)
 	clear(c.held)
 	c.held = c.held[:0]
-	return nil
 }
 
 // sendAcks writes held acknowledgements; err is the Store sync's failure,

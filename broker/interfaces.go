@@ -179,27 +179,3 @@ type MessageRecord struct {
 	GroupFilter string
 	SubIDs      []uint32
 }
-
-// Cluster connects this broker to its peers. A nil Cluster is a single node.
-// The broker calls it on the publish path, so implementations must answer
-// from memory and do network I/O asynchronously.
-type Cluster interface {
-	// Forward delivers m to the remote nodes with ordinary interest in its
-	// topic. It returns once the forwards are queued.
-	Forward(ctx context.Context, m *Message) error
-	// SharedMembers appends the remote members of a share group to dst.
-	SharedMembers(dst []RemoteMember, group, filter string) []RemoteMember
-	// Deliver sends m to one client on another node as a share pick; the
-	// error is non-nil when that node reports the client is not there or is
-	// unreachable, and the broker then picks again.
-	Deliver(ctx context.Context, to RemoteMember, group string, m *Message) error
-	// Subscribed and Unsubscribed announce local interest changes.
-	Subscribed(clientID, filter string)
-	Unsubscribed(clientID, filter string)
-}
-
-// RemoteMember is a share group member held by another node.
-type RemoteMember struct {
-	ClientID string
-	NodeID   string
-}

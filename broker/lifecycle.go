@@ -212,7 +212,7 @@ func (srv *Server) endSession(sess *session) {
 	sess.mu.Unlock()
 
 	for _, sub := range subs {
-		srv.removeSubscription(sub, true)
+		srv.removeSubscription(sub)
 	}
 	// Whatever share-group messages are left (their group may have been
 	// left above) go to the remaining members of their groups.

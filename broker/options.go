@@ -168,7 +168,8 @@ const (
 	DefaultPartialPacketTime = 30 * time.Second
 )
 
-// Validate reports the first option that is out of range.
+// Validate reports every option that is out of range, joined into one
+// error (nil when all are valid).
 func (o *Options) Validate() error {
 	var errs []error
 	if o.MaxPacketSize < 0 || o.MaxPacketSize > 268_435_460 {
@@ -183,17 +184,16 @@ func (o *Options) Validate() error {
 	if o.MaxSessionExpiry < 0 || o.MaxSessionExpiry > neverExpires*time.Second || o.MaxSessionExpiry%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("broker: MaxSessionExpiry %v must be whole seconds in 0..4294967295s", o.MaxSessionExpiry))
 	}
-	if o.MaxClientIDLength > 65535 {
-		errs = append(errs, fmt.Errorf("broker: MaxClientIDLength %d out of range (0..65535)", o.MaxClientIDLength))
-	}
 	for _, n := range []struct {
 		name string
 		v    int
-	}{{"MaxQueuedMessages", o.MaxQueuedMessages}, {"MaxPendingBytes", o.MaxPendingBytes},
-		{"MaxClientIDLength", o.MaxClientIDLength}} {
+	}{{"MaxQueuedMessages", o.MaxQueuedMessages}, {"MaxPendingBytes", o.MaxPendingBytes}} {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("broker: %s %d is negative", n.name, n.v))
 		}
+	}
+	if o.MaxClientIDLength < 0 || o.MaxClientIDLength > 65535 {
+		errs = append(errs, fmt.Errorf("broker: MaxClientIDLength %d out of range (0..65535)", o.MaxClientIDLength))
 	}
 	if o.ConnectTimeout < 0 || o.WriteTimeout < 0 {
 		errs = append(errs, errors.New("broker: timeouts must not be negative"))

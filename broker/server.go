@@ -54,7 +54,7 @@ type Server struct {
 	pending atomic.Int64 // bytes waiting to be written to all connections, for MaxPendingBytesTotal
 }
 
-// New returns a Server configured by opts, or the first invalid option.
+// New returns a Server configured by opts, or the options that are invalid.
 func New(opts Options) (*Server, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -203,7 +203,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	for _, c := range conns {
-		c.kick(0x8B)
+		c.kick(packet.ServerShuttingDown)
 	}
 	done := make(chan struct{})
 	go func() {

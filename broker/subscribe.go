@@ -176,7 +176,7 @@ func (c *conn) handleUnsubscribe(body []byte) error {
 			reply.reasons = append(reply.reasons, packet.NoSubscriptionExisted)
 			continue
 		}
-		c.srv.removeSubscription(sub, false)
+		c.srv.removeSubscription(sub)
 		reply.reasons = append(reply.reasons, packet.Success)
 	}
 	c.saveSubscriptions()
@@ -208,7 +208,7 @@ func (srv *Server) unsubscribe(sub *subscription) {
 	}
 	s.mu.Unlock()
 	if mine {
-		srv.removeSubscription(sub, false)
+		srv.removeSubscription(sub)
 	}
 }
 
@@ -268,7 +268,7 @@ func (srv *Server) subscribe(sub *subscription, shared bool) (existed bool, rc p
 	ended = s.ended
 	s.mu.Unlock()
 	if ended {
-		srv.removeSubscription(sub, true)
+		srv.removeSubscription(sub)
 	}
 	return old != nil, packet.Success
 }
@@ -276,7 +276,7 @@ func (srv *Server) subscribe(sub *subscription, shared bool) (existed bool, rc p
 // removeSubscription takes sub out of the index or its group. Leaving a
 // group hands the messages the session still holds for it to the other
 // members (QoS 2 in flight excepted).
-func (srv *Server) removeSubscription(sub *subscription, sessionEnding bool) {
+func (srv *Server) removeSubscription(sub *subscription) {
 	if sub.group == nil {
 		srv.subs.Remove(sub.topicFilter, sub)
 		return

@@ -3,6 +3,7 @@ package topic
 import (
 	"hash/maphash"
 	"sync"
+	"unsafe"
 )
 
 // DefaultCacheSize is the number of topic names an [Index] caches results
@@ -31,8 +32,9 @@ type cacheShard[V comparable] struct {
 	mu sync.RWMutex
 	m  map[string][]V // a nil value is a cached "no subscribers"
 	// Pad to two cache lines so that neighbouring shards' locks do not
-	// share one (adjacent-line prefetch makes 128 the safe distance).
-	_ [128 - 32]byte
+	// share one (adjacent-line prefetch makes 128 the safe distance). The
+	// size is worked out, not written down: a map is 4 bytes on armv7.
+	_ [128 - (unsafe.Sizeof(sync.RWMutex{})+unsafe.Sizeof(uintptr(0)))%128]byte
 }
 
 func newCache[V comparable](size int) *cache[V] {
