@@ -200,3 +200,8 @@ func newTestServer(b *broker.Server, opts Options) *Server {
 	}
 	return s
 }
+
+// pahoPublish is a QoS 1 telemetry sample.
+func pahoPublish(topic string) *paho.Publish {
+	return &paho.Publish{Topic: topic, QoS: 1, Payload: []byte(`{"flow":12.5,"unit":"m3/h"}`)}
+}
