@@ -25,9 +25,10 @@
 // [Supervisor.Close] closes the feeders in reverse order: STOPPING=1 to
 // systemd, then the magic close ('V' written just before close(2)) that
 // disarms the kernel watchdog. A process that dies without Close leaves
-// the kernel watchdog armed, which is the point. An external IC has no
-// software off switch: after Close it resets the board unless power goes
-// first (see docs/hardware.md).
+// the kernel watchdog armed, which is the point. An external IC's pin is
+// released to a floating input, which disables some parts (see [Pin.Close]);
+// the others reset the board after Close unless power goes first (see
+// docs/hardware.md).
 //
 // # Keepalives are writes
 //

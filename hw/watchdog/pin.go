@@ -65,10 +65,22 @@ func (w *Pin) Feed() error {
 // Timeout implements Feeder.
 func (w *Pin) Timeout() time.Duration { return w.opts.Timeout }
 
-// Close implements Feeder. It leaves the pin as it is: an external IC has no
-// software off switch, so after Close it resets the board when its timeout
-// runs out, unless the system has powered off or rebooted by then.
-func (w *Pin) Close() error { return nil }
+// Close implements Feeder: the pin is released to a high-impedance input
+// if it can be one, and otherwise left as it is. Parts that disable their
+// watchdog while WDI floats (the MAX823/TPS3823 family, by their data
+// sheets) are disarmed by that; any other IC has no software off switch,
+// keeps counting, and resets the board after its timeout unless the
+// system has powered off or rebooted by then.
+func (w *Pin) Close() error {
+	in, ok := w.pin.(gpio.PinIn)
+	if !ok {
+		return nil
+	}
+	if err := in.In(gpio.Float, gpio.NoEdge); err != nil {
+		return fmt.Errorf("watchdog: release %s: %w", w.pin, err)
+	}
+	return nil
+}
 
 // String implements Feeder.
 func (w *Pin) String() string {

@@ -41,7 +41,7 @@ func b2i(b bool) int {
 }
 
 func TestPinToggles(t *testing.T) {
-	p := &recPin{Pin: &gpiotest.Pin{N: "GPIO27", Num: 27, L: gpio.High}}
+	p := &recPin{Pin: &gpiotest.Pin{N: "GPIO27", Num: 27, L: gpio.High, P: gpio.PullDown}}
 	w, err := NewPin(p, PinOptions{Timeout: 1600 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +69,10 @@ func TestPinToggles(t *testing.T) {
 	}
 	s.Close()
 	if got := p.trace(); got != before {
-		t.Errorf("Close changed the pin: %q", got)
+		t.Errorf("Close drove the pin: %q", got)
+	}
+	if p.Pull() != gpio.Float {
+		t.Errorf("Close left the pin with pull %v, want a floating input", p.Pull())
 	}
 }
 
