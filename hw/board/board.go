@@ -61,8 +61,20 @@ func Open(opts Options) *Board {
 	if _, err := host.Init(); err != nil {
 		b.err = fmt.Errorf("board: host drivers: %w", err)
 	}
-	b.lines = len(gpioreg.All())
+	b.lines = countLines()
 	return b
+}
+
+// countLines counts the GPIO lines periph can drive. The character device's
+// chips are counted line by line, because a line without a name (every
+// line of a QEMU board's PL061) is not in periph's registry but can still be
+// used as "<chip>/<line>"; without chips, the registry is all there is.
+func countLines() int {
+	n := 0
+	for _, c := range gpioioctl.Chips {
+		n += c.LineCount()
+	}
+	return max(n, len(gpioreg.All()))
 }
 
 // lookup finds a pin in periph's registry, or a "<chip>/<line>" on the
