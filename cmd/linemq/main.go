@@ -4,7 +4,7 @@
 // Usage:
 //
 //	linemq [-config FILE] [-mqtt-listen ADDR] [-http-listen ADDR]
-//	       [-data-dir DIR] [-node-id NAME] [-log-level LEVEL]
+//	       [-data-dir DIR] [-node-id NAME] [-log-level LEVEL] [-log-format FORMAT]
 //	linemq -version
 //	linemq db check|compact [-data-dir DIR] [FILE]
 //
@@ -17,8 +17,9 @@
 //
 // Exit status: 0 after a shutdown by signal, 1 when the gateway failed to
 // start or failed while running, 2 for a bad command line or configuration.
-// Logs go to stderr in slog's text format, one record a line; the record
-// "listening" carries the bound address (addr=), which tells a supervisor
+// Logs go to stderr one record a line, in slog's text format or, with
+// log_format: json, as JSON objects for log collectors; the record
+// "listening" carries the bound address (addr), which tells a supervisor
 // or a test the port chosen for :0.
 //
 // All logic lives in package gateway; this file only turns the command line
@@ -53,6 +54,7 @@ var flagKeys = map[string]string{
 	"data-dir":    "data_dir",
 	"node-id":     "node_id",
 	"log-level":   "log_level",
+	"log-format":  "log_format",
 }
 
 func main() {
@@ -88,7 +90,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.Level()}))
+	log := newLogger(stderr, cfg)
 	log.Info("linemq starting", "version", version, "go", runtime.Version(), "config", *configFile)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -120,12 +122,35 @@ func newFlagSet(stderr io.Writer) (fs *flag.FlagSet, configFile *string, showVer
 	fs.String("data-dir", config.DefaultDataDir, "`DIR` for persistent state (data_dir)")
 	fs.String("node-id", "", "`NAME` of this node (node_id; default: the host name)")
 	fs.String("log-level", config.DefaultLogLevel, "`LEVEL` of logs: debug, info, warn or error (log_level)")
+	fs.String("log-format", config.DefaultLogFormat, "`FORMAT` of logs: text or json (log_format)")
 	showVersion = fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: linemq [-config FILE] [flags]\n\nFlags override the configuration file.\n\n")
+		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
 	}
 	return fs, configFile, showVersion
+}
+
+// usage heads the output of linemq -h; the flags follow.
+const usage = `Usage:
+  linemq [-config FILE] [flags]             run the broker
+  linemq db check|compact [-data-dir DIR] [FILE]
+                                            check or compact the database
+                                            offline (see linemq db -h)
+  linemq -version
+
+Flags override the configuration file.
+
+`
+
+// newLogger returns the daemon's logger, writing to w in the format and at
+// the level cfg sets.
+func newLogger(w io.Writer, cfg *config.Config) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.Level()}
+	if cfg.LogFormat == config.LogJSON {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // configure loads the configuration file (or the defaults), applies the

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -19,6 +21,10 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/gateway"
+	"github.com/linemq/linemq/storage/bolt"
 )
 
 // testVersion is stamped into the binary the tests run, to check -ldflags
@@ -318,6 +324,167 @@ func TestConfigure(t *testing.T) {
 		if fs.Lookup(name) == nil {
 			t.Errorf("flagKeys has %q, which is not a flag", name)
 		}
+	}
+}
+
+// TestLogFormatJSON runs the daemon with -log-format json: every line on
+// stderr is a JSON object, and the "listening" record carries the address.
+func TestLogFormatJSON(t *testing.T) {
+	dir := t.TempDir()
+	d := start(t, "-log-format", "json", "-mqtt-listen", "127.0.0.1:0", "-http-listen", "", "-data-dir", filepath.Join(dir, "data"))
+	line := d.waitLine(t, regexp.MustCompile(`^\{.*"msg":"listening".*$`), 10*time.Second)[0]
+	var rec struct{ Level, Msg, Proto, Addr string }
+	if err := json.Unmarshal([]byte(line), &rec); err != nil {
+		t.Fatalf("%q: %v", line, err)
+	}
+	if rec.Level != "INFO" || rec.Proto != "mqtt" || !strings.HasPrefix(rec.Addr, "127.0.0.1:") {
+		t.Errorf("listening record = %+v", rec)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := d.exitCode(t, 5*time.Second); code != 0 {
+		t.Errorf("exit status %d, want 0", code)
+	}
+	for l := range strings.Lines(d.stderr.String()) {
+		if !json.Valid([]byte(l)) {
+			t.Errorf("not a JSON line: %q", l)
+		}
+	}
+}
+
+// TestHelp checks that linemq -h names the db subcommands and that
+// linemq db -h prints their usage, both exiting 0.
+func TestHelp(t *testing.T) {
+	tests := []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{[]string{"-h"}, 0, []string{"Usage:", "linemq [-config FILE]", "linemq db check|compact", "linemq db -h", "-log-format"}},
+		{[]string{"db", "-h"}, 0, []string{"Usage: linemq db check|compact [-data-dir DIR] [FILE]", "check ", "compact ", "-data-dir"}},
+		{[]string{"db", "--help"}, 0, []string{"Usage: linemq db check|compact"}},
+		{[]string{"db", "help"}, 0, []string{"Usage: linemq db check|compact"}},
+		{[]string{"db", "check", "-h"}, 0, []string{"Usage: linemq db check|compact"}},
+		{[]string{"db"}, 2, []string{"Usage: linemq db check|compact"}},
+		{[]string{"db", "repair"}, 2, []string{`linemq db: unknown command "repair" (check or compact; see linemq db -h)`}},
+		{[]string{"db", "check", "a", "b"}, 2, []string{"linemq db check: one FILE at most"}},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		if code := run(tt.args, &stdout, &stderr); code != tt.code {
+			t.Errorf("%q: exit status %d, want %d", tt.args, code, tt.code)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(stderr.String(), w) {
+				t.Errorf("%q: output lacks %q:\n%s", tt.args, w, stderr.String())
+			}
+		}
+	}
+}
+
+// TestDBCheck runs linemq db check and compact on a sound database and on
+// damaged ones. A damaged file gets a list of plain problems, never a
+// bbolt panic text, and advice that names the file and is not to run the
+// check that just ran.
+func TestDBCheck(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, gateway.DBFile)
+	s, err := bolt.Open(good, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		// Enough records over enough pages for the corruptions below to hit
+		// branch, leaf and overflow pages.
+		m := broker.NewMessage(fmt.Sprintf("site/%d/line/%d", i%7, i), bytes.Repeat([]byte{byte(i)}, 300+i%5000), 1, true)
+		if err := s.SaveRetained(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	orig, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"db", "-data-dir", dir, "check"}, &stdout, &stderr); code != 0 || stdout.String() != good+": ok\n" {
+		t.Fatalf("check of a sound file: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+	stdout.Reset()
+	if code := run([]string{"db", "compact", "-data-dir", dir}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), good+": ") {
+		t.Fatalf("compact of a sound file: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+
+	const page = 4096
+	rnd := rand.New(rand.NewPCG(5, 6))
+	damage := map[string]func([]byte) []byte{
+		"garbage": func(b []byte) []byte {
+			for i := range b {
+				b[i] = byte(rnd.Uint32())
+			}
+			return b
+		},
+		"random pages": func(b []byte) []byte { // bbolt asserts on a page id
+			for i := 2 * page; i < len(b)/2; i++ {
+				b[i] = byte(rnd.Uint32())
+			}
+			return b
+		},
+		"garbled records": func(b []byte) []byte { // bbolt indexes out of range
+			for p := 2; p < len(b)/page; p++ {
+				for i := p*page + 600; i < p*page+700; i++ {
+					b[i] ^= 0x5a
+				}
+			}
+			return b
+		},
+		"truncated": func(b []byte) []byte { return b[:len(b)/2] },
+	}
+	for name, f := range damage {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "copy.db")
+			writeFile(t, file, string(f(append([]byte(nil), orig...))))
+			var stdout, stderr bytes.Buffer
+			if code := run([]string{"db", "check", file}, &stdout, &stderr); code != 1 {
+				t.Errorf("exit status %d, want 1", code)
+			}
+			out := stderr.String()
+			defer func() {
+				if t.Failed() {
+					t.Logf("output:\n%s", out)
+				}
+			}()
+			for _, want := range []string{"linemq db check: " + file + " is damaged (", "\n  - ", "restore a backup of " + file, "move it away"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("output lacks %q", want)
+				}
+			}
+			for _, bad := range []string{"linemq db check " + file, "panic", "runtime error", "assertion", "goroutine"} {
+				if strings.Contains(out, bad) {
+					t.Errorf("output has %q", bad)
+				}
+			}
+		})
+	}
+
+	for _, tt := range []struct{ args []string }{
+		{[]string{"db", "check", dir}},
+		{[]string{"db", "compact", dir}},
+	} {
+		stderr.Reset()
+		want := fmt.Sprintf("%s is a directory: give the database file (%s)", dir, good)
+		if code := run(tt.args, io.Discard, &stderr); code != 1 || !strings.Contains(stderr.String(), want) {
+			t.Errorf("%q: exit %d, %q; want 1 and %q", tt.args, code, stderr.String(), want)
+		}
+	}
+	stderr.Reset()
+	missing := filepath.Join(dir, "none.db")
+	if code := run([]string{"db", "check", missing}, io.Discard, &stderr); code != 1 || stderr.String() != "linemq db check: stat "+missing+": no such file or directory\n" {
+		t.Errorf("missing file: exit %d, %q", code, stderr.String())
 	}
 }
 

@@ -162,8 +162,14 @@ func Check(path string) error {
 	}
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	if err := inspect(path, fi.Size(), func(err error) { add("structure: %v", err) }); err != nil {
-		return err
+	if err := inspect(path, fi.Size(), func(err error) { add("structure: %s", problemText(err)) }); err != nil {
+		var ue *UnreadableError
+		if !errors.As(err, &ue) {
+			return err
+		}
+		// What is wrong with the file, not a failure to check it; and the
+		// UnreadableError's advice is to run this very check.
+		add("not a linemq database, or its first pages are damaged (%s)", problemText(ue.Err))
 	}
 	if len(problems) == 0 {
 		// The structure is sound: the records can be read safely.
@@ -216,7 +222,7 @@ func checkRecords(path string, add func(string, ...any)) error {
 		})
 	})
 	if err != nil {
-		add("reading records: %v", err)
+		add("reading records: %s", problemText(err))
 	}
 	return nil
 }

@@ -47,6 +47,17 @@ func (e *UnreadableError) Error() string {
 // Unwrap returns the cause.
 func (e *UnreadableError) Unwrap() error { return e.Err }
 
+// problemText is err as one of CheckError's problems. A panic inside bbolt
+// becomes what it says about the file: its own text (an assertion, an
+// index out of range) means nothing to an operator.
+func problemText(err error) string {
+	var p *panicError
+	if errors.As(err, &p) {
+		return "pages are corrupt: their contents cannot be read"
+	}
+	return err.Error()
+}
+
 // CheckError lists what Check found wrong with a database file.
 type CheckError struct {
 	Path     string
