@@ -105,7 +105,7 @@ const maxTimeout = 65535 * time.Second
 // Unwrap() []error.
 type Error struct {
 	Key string // "leds.status.gpio"
-	Err error
+	Err error  // what is wrong with it
 }
 
 // Error implements error.

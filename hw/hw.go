@@ -273,7 +273,10 @@ type plainError struct {
 	err error
 }
 
+// Error returns the message without the prefix.
 func (e *plainError) Error() string { return e.msg }
+
+// Unwrap returns the original error.
 func (e *plainError) Unwrap() error { return e.err }
 
 func (o *opener) summary() string { return strings.Join(o.leds, " ") }

@@ -13,7 +13,7 @@
 // [Gate] whether the gateway is healthy, and feeds every feeder only if it
 // is. Nothing else feeds them: once the gate fails (or stops answering),
 // the next tick feeds nothing, so feeding stops within one period and the
-// watchdogs act after their own timeouts. The period defaults to half the
+// watchdogs act after their own timeouts. The period is half the
 // shortest feeder timeout, so one late tick is not a reset.
 //
 // READY=1 is sent when the caller calls [Supervisor.Ready], never by

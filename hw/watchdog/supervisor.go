@@ -52,15 +52,19 @@ type Feeder interface {
 // Readier is a Feeder that is told when the gateway is ready: systemd's
 // READY=1.
 type Readier interface {
+	// Ready announces that the gateway is ready. The Supervisor calls it
+	// once, or again after it failed.
 	Ready() error
 }
 
 // StatusSetter is a Feeder that shows a line of status: systemd's STATUS=.
 type StatusSetter interface {
+	// SetStatus shows status, one line, until the next call.
 	SetStatus(status string) error
 }
 
-// DefaultPeriod is the feeding period when no feeder knows its timeout.
+// DefaultPeriod is the feeding period when no feeder knows its timeout
+// (systemd without WatchdogSec=, whose feeding is then a no-op anyway).
 const DefaultPeriod = 5 * time.Second
 
 // Options configure a Supervisor.
@@ -73,18 +77,15 @@ type Options struct {
 	// Gate decides whether to feed. Required.
 	Gate Gate
 
-	// Period is how often the gate is asked and the feeders fed. 0 means
-	// half the shortest feeder Timeout, or DefaultPeriod if none is known.
-	// It must be shorter than every feeder's timeout.
-	Period time.Duration
-
 	// Logger receives the changes between feeding and not feeding, and
 	// feed errors (once each, not per period). Nil discards.
 	Logger *slog.Logger
 
-	// Now and Tick are the clock; nil means the real one. Tick starts a
-	// ticker with period d and returns its channel and a stop function.
-	Now  func() time.Time
+	// Now reads the clock; nil means time.Now.
+	Now func() time.Time
+
+	// Tick starts a ticker with period d and returns its channel and a
+	// function that stops it; nil means time.NewTicker. Tests pass a fake.
 	Tick func(d time.Duration) (<-chan time.Time, func())
 }
 
@@ -122,10 +123,7 @@ func New(opts Options) (*Supervisor, error) {
 	if opts.Gate == nil {
 		return nil, errors.New("watchdog: no Gate")
 	}
-	period, err := choosePeriod(opts.Period, opts.Feeders)
-	if err != nil {
-		return nil, err
-	}
+	period := choosePeriod(opts.Feeders)
 	s := &Supervisor{
 		gate:    opts.Gate,
 		feeders: opts.Feeders,
@@ -164,29 +162,20 @@ func New(opts Options) (*Supervisor, error) {
 	return s, nil
 }
 
-// choosePeriod returns the configured period, or half the shortest feeder
-// timeout, and refuses a period that would let a watchdog expire.
-func choosePeriod(period time.Duration, feeders []Feeder) (time.Duration, error) {
-	if period < 0 {
-		return 0, fmt.Errorf("watchdog: negative period %v", period)
-	}
-	var shortest Feeder
+// choosePeriod returns how often to feed: half the shortest feeder timeout,
+// so that one late tick is not a reset, or DefaultPeriod if no feeder
+// knows its timeout.
+func choosePeriod(feeders []Feeder) time.Duration {
+	var shortest time.Duration
 	for _, f := range feeders {
-		if t := f.Timeout(); t > 0 && (shortest == nil || t < shortest.Timeout()) {
-			shortest = f
+		if t := f.Timeout(); t > 0 && (shortest == 0 || t < shortest) {
+			shortest = t
 		}
 	}
-	switch {
-	case shortest == nil && period == 0:
-		return DefaultPeriod, nil
-	case shortest == nil:
-		return period, nil
-	case period == 0:
-		return shortest.Timeout() / 2, nil
-	case period >= shortest.Timeout():
-		return 0, fmt.Errorf("watchdog: period %v does not feed %s, whose timeout is %v, in time", period, shortest, shortest.Timeout())
+	if shortest == 0 {
+		return DefaultPeriod
 	}
-	return period, nil
+	return shortest / 2
 }
 
 func (s *Supervisor) run(tick <-chan time.Time) {
