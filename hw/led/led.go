@@ -38,13 +38,20 @@ const (
 	Heartbeat                // two 100 ms flashes 150 ms apart, every 1.2 s
 )
 
-var patternNames = [...]string{"off", "on", "slow blink", "fast blink", "heartbeat"}
-
 // String returns the pattern's name as the docs and the status page write
 // it, "slow blink" for SlowBlink.
 func (p Pattern) String() string {
-	if int(p) < len(patternNames) {
-		return patternNames[p]
+	switch p {
+	case Off:
+		return "off"
+	case On:
+		return "on"
+	case SlowBlink:
+		return "slow blink"
+	case FastBlink:
+		return "fast blink"
+	case Heartbeat:
+		return "heartbeat"
 	}
 	return fmt.Sprintf("Pattern(%d)", p)
 }
