@@ -1,0 +1,295 @@
+package registry_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/linemq/linemq/gateway/cluster/internal/etcdtest"
+	"github.com/linemq/linemq/gateway/cluster/registry"
+)
+
+// fastWatch makes a registry notice a silent etcd within a second.
+func fastWatch(o *registry.Options) {
+	o.WatchCheck = 100 * time.Millisecond
+	o.WatchTimeout = time.Second
+	o.RequestTimeout = time.Second
+}
+
+// groupOf sets up five members of one group on b, one at a time so each
+// has its own create revision, and one on a; it returns the revision.
+func groupOf(t *testing.T, a, b *node) int64 {
+	t.Helper()
+	for _, c := range []string{"m1", "m2", "m3", "m4", "m5"} {
+		wait(t, b.AddMember("g", "f", c, 1))
+	}
+	rev := wait(t, a.AddMember("g", "f", "a1", 1))
+	caughtUp(t, rev, a, b)
+	return rev
+}
+
+// changeWhileAway makes the changes a cut-off node must catch up with, and
+// returns the revision they end at: m2 leaves, m6 joins, m4 leaves and
+// joins again (so it moves to the end), b gains a route.
+func changeWhileAway(t *testing.T, b *node) int64 {
+	t.Helper()
+	wait(t, b.RemoveMember("g", "f", "m2"))
+	wait(t, b.AddMember("g", "f", "m6", 1))
+	wait(t, b.AddRoute("x/#"))
+	wait(t, b.RemoveMember("g", "f", "m4"))
+	return wait(t, b.AddMember("g", "f", "m4", 1))
+}
+
+// What a node away during changeWhileAway must find on its return.
+var (
+	wantAfterAway  = []string{"b:m1", "b:m3", "b:m5", "a:a1", "b:m6", "b:m4"}
+	wantEventsAway = []string{"MemberJoined b:m4", "MemberJoined b:m6", "MemberLeft b:m2", "MemberLeft b:m4", "RouteAdded b:x/#"}
+)
+
+func aboutB(e registry.Event) bool { return e.Node == "b" }
+
+// TestResyncAfterCompaction cuts a node's connection to etcd briefly (the
+// client's watch reconnects by itself), changes the registry and compacts
+// the history meanwhile. The watch, resuming, finds its revision compacted;
+// the node re-reads and reports exactly what changed, members keeping
+// their places.
+func TestResyncAfterCompaction(t *testing.T) {
+	cli, proxy := shared.ProxiedClient(t)
+	a := start(t, cli, "a", func(o *registry.Options) {
+		// The stall detector must not fire first: this test is about the
+		// watch coming back on its own to a compacted history.
+		o.WatchCheck = 10 * time.Second
+		o.WatchTimeout = time.Minute
+	})
+	admin := shared.Client(t)
+	b := start(t, admin, "b", nil)
+	groupOf(t, a, b)
+	mark := a.mark()
+
+	proxy.Cut()
+	rev := changeWhileAway(t, b)
+	compact(t, admin, rev)
+	proxy.Resume()
+
+	eventually(t, "a to catch up after the compaction", func() bool { return a.Revision() >= rev })
+	if st := a.Stats(); st.Compacted == 0 || st.Loads < 2 {
+		t.Fatalf("stats %+v: want the watch ended by the compaction and a re-read", st)
+	}
+	checkCaughtUp(t, a, b, mark)
+}
+
+// TestDegradedWhilePartitioned cuts a node off for longer than its watch
+// timeout: it reports Degraded, keeps its last copy and queues its writes,
+// then reconciles when the partition heals.
+func TestDegradedWhilePartitioned(t *testing.T) {
+	cli, proxy := shared.ProxiedClient(t)
+	a := start(t, cli, "a", fastWatch)
+	b := start(t, shared.Client(t), "b", nil)
+	groupOf(t, a, b)
+	mark := a.mark()
+
+	proxy.Cut()
+	inState(t, a, registry.Degraded)
+	before := a.Members("g", "f")
+	rev := changeWhileAway(t, b)
+	compact(t, shared.Client(t), rev)
+	w := a.AddMember("g", "f", "a2", 1) // queued while cut off
+	if got := a.Members("g", "f"); !slices.Equal(who(got), who(before)) {
+		t.Fatalf("the copy changed while cut off: %v", who(got))
+	}
+	select {
+	case <-w.Done():
+		t.Fatal("a write completed while cut off")
+	default:
+	}
+	proxy.Resume()
+
+	inState(t, a, registry.Healthy)
+	wait(t, w)
+	eventually(t, "a to catch up", func() bool { return a.Revision() >= rev })
+	checkCaughtUp(t, a, b, mark)
+	eventually(t, "b to see a2", func() bool { return slices.Contains(who(b.Members("g", "f")), "a:a2") })
+	if st := a.Stats(); st.WatchLost == 0 {
+		t.Fatalf("stats %+v: want the lost watch counted", st)
+	}
+	checkReported(t, a)
+}
+
+// checkCaughtUp checks that a, back in touch, reports exactly b's changes
+// made while it was away (once each, as found by the re-read or the
+// watch) and orders the group as b does.
+func checkCaughtUp(t *testing.T, a, b *node, mark int) {
+	t.Helper()
+	evs := only(a.since(mark), aboutB)
+	if got := describe(evs); !slices.Equal(got, wantEventsAway) {
+		t.Fatalf("changes reported after reconnecting\n got %v\nwant %v", got, wantEventsAway)
+	}
+	got := who(a.Members("g", "f"))
+	got = slices.DeleteFunc(got, func(s string) bool { return s == "a:a2" })
+	if !slices.Equal(got, wantAfterAway) {
+		t.Fatalf("order after reconnecting %v, want %v", got, wantAfterAway)
+	}
+	caughtUp(t, a.Revision(), b)
+	if x, y := who(a.Members("g", "f")), who(b.Members("g", "f")); !slices.Equal(x, y) {
+		t.Fatalf("a and b disagree on the order:\n%v\n%v", x, y)
+	}
+}
+
+func compact(t *testing.T, cli *clientv3.Client, rev int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLeaseLostReregisters revokes a living node's lease from outside, as
+// an expiry during a long stall would: its keys vanish everywhere, and it
+// takes a new lease and writes everything it holds again.
+func TestLeaseLostReregisters(t *testing.T) {
+	admin := shared.Client(t)
+	a := start(t, shared.Client(t), "a", func(o *registry.Options) { o.TTL = 2 * time.Second })
+	b := start(t, shared.Client(t), "b", nil)
+	wait(t, a.AddRoute("r/#"))
+	wait(t, a.AddMember("g", "f", "a1", 1))
+	wait(t, a.AddMember("g", "f", "a2", 1))
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	c, err := a.ClaimSession(ctx, "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caughtUp(t, c.Revision, b)
+	mark := b.mark()
+	old := a.Lease()
+
+	if _, err := admin.Revoke(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a to register again", func() bool {
+		l := a.Lease()
+		return l != 0 && l != old
+	})
+	eventually(t, "b to see a back", func() bool {
+		o, _ := b.SessionOwner("a1")
+		return len(b.Members("g", "f")) == 2 && len(b.Routes("a")) == 1 && o.Node == "a"
+	})
+	inState(t, a, registry.Healthy)
+
+	// b saw a leave (all at once) and come back.
+	evs := b.since(mark)
+	var left, joined []registry.Event
+	for _, e := range evs {
+		switch e.Kind {
+		case registry.NodeLeft, registry.MemberLeft, registry.RouteRemoved, registry.SessionReleased:
+			left = append(left, e)
+		case registry.NodeJoined, registry.MemberJoined, registry.RouteAdded, registry.SessionOwned:
+			joined = append(joined, e)
+		}
+	}
+	if len(left) != 5 || len(joined) != 5 {
+		t.Fatalf("b saw %d removals and %d additions, want 5 and 5: %v", len(left), len(joined), describe(evs))
+	}
+	for _, e := range left {
+		if e.Revision != left[0].Revision {
+			t.Fatalf("a's keys went in several revisions: %v", left)
+		}
+	}
+	if st := a.Stats(); st.Leases != 2 {
+		t.Fatalf("stats %+v: want 2 leases", st)
+	}
+	checkReported(t, a)
+	onLease(t, admin, etcdtest.Prefix(t), "a", a.Lease(), 5)
+}
+
+// checkReported checks a node reported its trouble: healthy, then
+// degraded at least once, and healthy again.
+func checkReported(t *testing.T, n *node) {
+	t.Helper()
+	states := n.stateLog()
+	if len(states) < 3 || states[0] != registry.Healthy || !slices.Contains(states, registry.Degraded) || states[len(states)-1] != registry.Healthy {
+		t.Errorf("%s's state changes %v: want healthy, degraded, healthy", n.name, states)
+	}
+}
+
+// onLease checks that node's keys (its node key, routes, members and the
+// sessions it owns) number want and are all bound to lease: nothing is
+// left on an old one.
+func onLease(t *testing.T, cli *clientv3.Client, prefix, node string, lease clientv3.LeaseID, want int) {
+	t.Helper()
+	n := 0
+	for k, l := range keysOf(t, cli, prefix) {
+		rest := strings.TrimPrefix(k, prefix)
+		if rest != "nodes/"+node && !strings.HasPrefix(rest, "routes/"+node+"/") &&
+			!strings.HasPrefix(rest, "members/"+node+"/") && !strings.HasPrefix(rest, "sessions/"+node) {
+			continue
+		}
+		n++
+		if l != lease {
+			t.Errorf("key %s on lease %x, want %x", k, l, lease)
+		}
+	}
+	if n != want {
+		t.Errorf("%s has %d keys, want %d", node, n, want)
+	}
+}
+
+// TestEtcdRestart stops etcd for longer than the lease TTL while two nodes
+// run: both report Degraded and keep their copies; a write queued
+// meanwhile commits once etcd is back; the lost leases are renewed and
+// everything reconciles without leftovers.
+func TestEtcdRestart(t *testing.T) {
+	e := etcdtest.Start(t, etcdtest.Options{})
+	tweak := func(o *registry.Options) {
+		fastWatch(o)
+		o.TTL = 2 * time.Second
+	}
+	cliA, _ := e.ProxiedClient(t)
+	cliB, _ := e.ProxiedClient(t)
+	a := start(t, cliA, "a", tweak)
+	b := start(t, cliB, "b", tweak)
+	wait(t, a.AddMember("g", "f", "a1", 1))
+	rev := wait(t, b.AddMember("g", "f", "b1", 1))
+	caughtUp(t, rev, a, b)
+	leaseA := a.Lease()
+
+	e.Stop(t)
+	inState(t, a, registry.Degraded)
+	inState(t, b, registry.Degraded)
+	w := a.AddMember("g", "f", "a2", 1)
+	if got := who(a.Members("g", "f")); !slices.Equal(got, []string{"a:a1", "b:b1"}) {
+		t.Fatalf("a's copy while etcd is down: %v", got)
+	}
+	// The client gives the lease up once its TTL passes unrenewed.
+	eventually(t, "a to give up its lease", func() bool { return a.Lease() == 0 })
+	e.Restart(t)
+
+	inState(t, a, registry.Healthy)
+	inState(t, b, registry.Healthy)
+	wait(t, w)
+	// Whether a1 and b1 keep their places depends on whether their old
+	// leases outlived the restart until the nodes registered again; that
+	// every node agrees does not.
+	eventually(t, "both to agree on the group", func() bool {
+		x, y := who(a.Members("g", "f")), who(b.Members("g", "f"))
+		return len(x) == 3 && slices.Equal(x, y)
+	})
+	if l := a.Lease(); l == 0 || l == leaseA {
+		t.Fatalf("a's lease %x after the restart, want a new one (old %x)", l, leaseA)
+	}
+	// Every key of a's is on its new lease, none left on the old one.
+	admin := e.Client(t)
+	onLease(t, admin, etcdtest.Prefix(t), "a", a.Lease(), 3)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if ttl, err := admin.TimeToLive(ctx, leaseA); err == nil && ttl.TTL > 0 {
+		t.Errorf("a's old lease still lives (TTL %d)", ttl.TTL)
+	}
+	checkReported(t, a)
+	checkReported(t, b)
+}

@@ -1,0 +1,177 @@
+package registry
+
+import (
+	"context"
+	"time"
+)
+
+// Write is a change queued for the registrar. It completes once the change
+// is committed in etcd (or found already there), or fails with ErrClosed.
+// A write that is waited on with a deadline that passes is not withdrawn:
+// the registrar still makes it, since it describes this node's state.
+type Write struct {
+	done chan struct{}
+	err  error
+	rev  int64
+}
+
+func newWrite() *Write { return &Write{done: make(chan struct{})} }
+
+// complete is called once, by the registrar (or by Close).
+func (w *Write) complete(rev int64, err error) {
+	w.rev, w.err = rev, err
+	close(w.done)
+}
+
+// Done is closed when the write has completed.
+func (w *Write) Done() <-chan struct{} { return w.done }
+
+// Err is the write's outcome once Done is closed: nil when it is committed.
+func (w *Write) Err() error {
+	<-w.done
+	return w.err
+}
+
+// Revision is the etcd revision by which the write is committed (0 if it
+// failed). Every node whose copy has reached this revision sees it.
+func (w *Write) Revision() int64 {
+	<-w.done
+	return w.rev
+}
+
+// Wait waits for the write to complete or ctx to end, whichever is first.
+// The broker's SUBACK waits here with a bound of a few seconds.
+func (w *Write) Wait(ctx context.Context) error {
+	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// opKind is what a queued op asks for.
+type opKind uint8
+
+const (
+	opAddRoute opKind = iota + 1
+	opRemoveRoute
+	opAddMember
+	opRemoveMember
+	opClaim
+	opRelease
+)
+
+// op is one queued request. Fields beyond the request belong to the
+// registrar.
+type op struct {
+	kind                  opKind
+	group, filter, client string
+	qos                   byte
+	at                    time.Time
+	w                     *Write
+	claim                 *claimState // opClaim only
+}
+
+// claimState is a claim's progress, kept by the registrar, and its outcome
+// for ClaimSession (read once the Write is done).
+type claimState struct {
+	ctx      context.Context // the caller's; a claim not yet sent when it ends is dropped
+	sent     bool            // sent at least once: seen through from then on
+	seq      uint64          // the claim's number, the same on every attempt
+	expect   Owner           // the record the next attempt expects to replace
+	attempts int             // attempts that found the record changed
+	result   Claim
+}
+
+// AddRoute records that this node has an ordinary subscriber of filter.
+// Routes are counted: the key routes/<node>/<filter> is written on the
+// first AddRoute of a filter and deleted on the RemoveRoute that balances
+// the last one, so call both once per subscription (client, filter), not
+// per SUBSCRIBE packet that merely replaces one. The Write completes when
+// the route is committed (at once, in queue order, if it already was).
+func (r *Registry) AddRoute(filter string) *Write {
+	return r.enqueue(&op{kind: opAddRoute, filter: filter})
+}
+
+// RemoveRoute balances an AddRoute of filter (see AddRoute).
+func (r *Registry) RemoveRoute(filter string) *Write {
+	return r.enqueue(&op{kind: opRemoveRoute, filter: filter})
+}
+
+// AddMember records that client, whose session this node holds, is a
+// member of the share group (group, filter) with the granted QoS. Adding a
+// member already registered with the same QoS writes nothing; a new QoS
+// rewrites the value and keeps the member's place in the order.
+func (r *Registry) AddMember(group, filter, client string, qos byte) *Write {
+	return r.enqueue(&op{kind: opAddMember, group: group, filter: filter, client: client, qos: qos, at: time.Now().UTC()})
+}
+
+// RemoveMember records that client left the group (UNSUBSCRIBE, or its
+// session ended).
+func (r *Registry) RemoveMember(group, filter, client string) *Write {
+	return r.enqueue(&op{kind: opRemoveMember, group: group, filter: filter, client: client})
+}
+
+// ClaimSession makes this node the owner of client's session, taking it
+// over from whoever owned it, and returns whom from. It compares on the
+// ownership record's mod revision, so two nodes claiming at once are
+// ordered: each claim takes over from exactly one predecessor and no two
+// nodes ever own the client together. The claim lasts until
+// ReleaseSession, until another node claims the client, or until this
+// node's lease ends.
+//
+// If ctx ends first, ClaimSession returns its error and undoes the claim
+// if it was made after all (a release is queued behind it).
+func (r *Registry) ClaimSession(ctx context.Context, client string) (Claim, error) {
+	cs := &claimState{ctx: ctx}
+	w := r.enqueue(&op{kind: opClaim, client: client, claim: cs})
+	if err := w.Wait(ctx); err != nil {
+		if ctx.Err() != nil {
+			r.enqueue(&op{kind: opRelease, client: client})
+		}
+		return Claim{}, err
+	}
+	return cs.result, nil
+}
+
+// ReleaseSession gives up this node's ownership of client's session, if it
+// still has it (a session another node has claimed since is left alone).
+func (r *Registry) ReleaseSession(ctx context.Context, client string) error {
+	return r.enqueue(&op{kind: opRelease, client: client}).Wait(ctx)
+}
+
+// enqueue hands an op to the registrar without blocking: the queue is
+// unbounded, bounded in practice by the rate of subscribes and connects.
+func (r *Registry) enqueue(o *op) *Write {
+	o.w = newWrite()
+	r.qmu.Lock()
+	if r.qclose {
+		r.qmu.Unlock()
+		o.w.complete(0, ErrClosed)
+		return o.w
+	}
+	r.queue = append(r.queue, o)
+	r.qmu.Unlock()
+	select {
+	case r.qsig <- struct{}{}:
+	default: // already signalled
+	}
+	return o.w
+}
+
+// takeQueue returns the queued ops and empties the queue.
+func (r *Registry) takeQueue() []*op {
+	r.qmu.Lock()
+	defer r.qmu.Unlock()
+	q := r.queue
+	r.queue = nil
+	return q
+}
+
+// failQueued completes every op still queued with err.
+func (r *Registry) failQueued(err error) {
+	for _, o := range r.takeQueue() {
+		o.w.complete(0, err)
+	}
+}
