@@ -20,8 +20,9 @@
 // off takes the word "unlimited" ([Unlimited], negative in code, as in
 // [broker.Options]). Writing 0 is an error for every limit where a zero
 // limit would stop the broker working, because 0 meant "the default" for
-// some keys and "no limit" for others; the one zero that stays is the
-// protocol's own topic_alias_maximum: 0, no aliases.
+// some keys and "no limit" for others. The zeros that stay mean what they
+// say: topic_alias_maximum: 0 (no aliases, as in MQTT) and a group's
+// min_members: 0 (no minimum).
 //
 // # Files
 //
@@ -309,7 +310,7 @@ func defaultNodeID() string {
 // keeps c's record of where values came from.
 func (c *Config) WithDefaults() *Config {
 	o := *c
-	fill(reflect.ValueOf(&o).Elem(), reflect.ValueOf(Default()).Elem())
+	fill(reflect.ValueOf(&o).Elem(), reflect.ValueOf(Default()).Elem(), true)
 	s := &o.SharedSubscriptions
 	if s.Groups != nil {
 		s.Groups = append([]ShareGroup(nil), s.Groups...)
@@ -326,29 +327,30 @@ func (c *Config) WithDefaults() *Config {
 	return &o
 }
 
-// fill walks the exported fields of the struct v: it points each non-nil
-// pointer at a copy of its value, so that v shares no pointer with the
-// Config it was copied from (yaml.v3 decodes through pointers, see
-// Override), and, when def (a struct of the same type) is valid, sets each
-// zero field to def's. Reflection keeps WithDefaults from needing a line
-// per field: a new field with its default in Default is filled too.
-func fill(v, def reflect.Value) {
+// fill walks the exported fields of the struct v, into nested structs. It
+// points each non-nil pointer at a copy of its value, so that v shares no
+// pointer with the Config it was copied from (yaml.v3 decodes through
+// pointers, see Override). When def, a struct of the same type, is valid,
+// it sets each nil pointer to def's and, if zeros is set, each other zero
+// field too. Reflection keeps WithDefaults from needing a line per field:
+// a new field with its default in Default is filled as well.
+func fill(v, def reflect.Value, zeros bool) {
 	for i := range v.NumField() {
 		f := v.Field(i)
+		var d reflect.Value
+		if def.IsValid() {
+			d = def.Field(i)
+		}
 		switch {
 		case !f.CanSet():
 		case f.Kind() == reflect.Struct:
-			var d reflect.Value
-			if def.IsValid() {
-				d = def.Field(i)
-			}
-			fill(f, d)
+			fill(f, d, zeros)
 		case f.Kind() == reflect.Pointer && !f.IsNil():
 			p := reflect.New(f.Type().Elem())
 			p.Elem().Set(f.Elem())
 			f.Set(p)
-		case f.IsZero() && def.IsValid():
-			f.Set(def.Field(i))
+		case d.IsValid() && f.IsZero() && (zeros || f.Kind() == reflect.Pointer):
+			f.Set(d)
 		}
 	}
 }

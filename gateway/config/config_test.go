@@ -208,6 +208,11 @@ func TestParseErrors(t *testing.T) {
 				`linemq.yaml:1: mqtt.connect_timeout: "5" is not a duration (write it like "10s", "500ms" or "1h30m")`,
 		},
 		{
+			name: "a list as a key",
+			yaml: lines("? [a, b]", ": c"),
+			want: `linemq.yaml:1: expected a string, got a list`,
+		},
+		{
 			name: "top level is a list",
 			yaml: lines("- a", "- b"),
 			want: `linemq.yaml:1: expected a mapping of keys at the top level, got a list`,
@@ -252,7 +257,6 @@ func TestParseDefaults(t *testing.T) {
 		if err := c.Validate(); err != nil {
 			t.Errorf("Parse(%q): Validate: %v", data, err)
 		}
-		c = c.WithDefaults()
 		c.src = nil
 		if !reflect.DeepEqual(c, def) {
 			t.Errorf("Parse(%q) = %+v\nwant Default() = %+v", data, c, def)

@@ -125,19 +125,25 @@ func Parse(data []byte, name string) (*Config, error) {
 	c := Default()
 	c.src = &source{at: make(map[string]pos)}
 	root, err := document(data, name)
-	if err != nil || root == nil {
-		return c, err // nil root: an empty file, all defaults
+	if err != nil {
+		return nil, err
+	}
+	if root == nil {
+		return c, nil // an empty file: all defaults
 	}
 	if root.Kind != yaml.MappingNode {
 		return nil, &Error{File: name, Line: root.Line, Err: fmt.Errorf("expected a mapping of keys at the top level, got %s", kindName(root))}
 	}
-	ix := index{file: name, src: c.src}
+	ix := index{file: name, src: c.src, keys: make(map[int][]*entry), values: make(map[int][]*entry)}
 	ix.walk(root, "")
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil {
 		return nil, ix.errors(err)
 	}
+	// A key given no value (`listen:`) set its pointer to nil: point it at
+	// the default again, so that readers of a parsed Config find a value.
+	fill(reflect.ValueOf(c).Elem(), reflect.ValueOf(Default()).Elem(), false)
 	return c, nil
 }
 
@@ -208,7 +214,7 @@ func (c *Config) Override(key, value, origin string) error {
 	// Decoded onto a copy with pointers of its own: yaml.v3 writes through
 	// pointers, which c may share with another Config or its caller.
 	o := *c
-	fill(reflect.ValueOf(&o).Elem(), reflect.Value{})
+	fill(reflect.ValueOf(&o).Elem(), reflect.Value{}, false)
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&o); err != nil {
@@ -252,9 +258,10 @@ func isNull(n *yaml.Node) bool {
 // index records every key of a document with the nodes of the key and its
 // value, to turn the lines of yaml.v3's errors into key paths.
 type index struct {
-	file    string
-	src     *source // where each path is recorded
-	entries []entry // in document order
+	file   string
+	src    *source          // where each path is recorded
+	keys   map[int][]*entry // by the line of the key, in document order
+	values map[int][]*entry // by the line of the value, in document order
 }
 
 // entry is one key of the document, or one item of a list.
@@ -269,7 +276,9 @@ type entry struct {
 // also where yaml.v3 reports its errors.
 func (ix *index) walk(n *yaml.Node, path string) {
 	add := func(p string, k, v *yaml.Node) {
-		ix.entries = append(ix.entries, entry{p, k, v})
+		en := &entry{p, k, v}
+		ix.keys[k.Line] = append(ix.keys[k.Line], en)
+		ix.values[v.Line] = append(ix.values[v.Line], en)
 		if _, ok := ix.src.at[p]; !ok { // a repeated key keeps its first line
 			ix.src.at[p] = pos{ix.file, k.Line}
 		}
@@ -315,23 +324,24 @@ func (ix *index) locate(s string) *Error {
 	m := yamlMessage(msg)
 	switch {
 	case m.unknown != "":
-		if en := ix.find(func(en entry) bool { return en.key.Line == line && en.key.Value == m.unknown }); en != nil {
+		if en := find(ix.keys[line], func(en *entry) bool { return en.key.Value == m.unknown }); en != nil {
 			e.Key, e.Err = en.path, ErrUnknownKey
 		}
 	case m.repeated != "":
-		if en := ix.find(func(en entry) bool { return en.key.Line == line && en.key.Value == m.repeated }); en != nil {
+		if en := find(ix.keys[line], func(en *entry) bool { return en.key.Value == m.repeated }); en != nil {
 			e.Key = en.path
 			e.Err = fmt.Errorf("repeated key (first set at line %d)", ix.src.at[en.path].line)
 		}
 	case col > 0:
 		// From one of this package's types, which give the column.
-		if en := ix.find(func(en entry) bool { return en.value.Line == line && en.value.Column == col }); en != nil {
+		if en := find(ix.values[line], func(en *entry) bool { return en.value.Column == col }); en != nil {
 			e.Line, e.Key = en.key.Line, en.path
 		}
 	case m.into != "":
 		// yaml.v3 gives the line of the value only, and its text cut
 		// short: pick the first value on that line of the kind it names.
-		if en := ix.find(func(en entry) bool { return en.value.Line == line && m.matches(en.value) }); en != nil {
+		e.Err = fmt.Errorf("expected %s, got %s", m.into, m.got())
+		if en := find(ix.values[line], func(en *entry) bool { return m.matches(en.value) }); en != nil {
 			e.Line, e.Key = en.key.Line, en.path
 			e.Err = fmt.Errorf("expected %s, got %s", m.into, kindName(en.value))
 		}
@@ -339,11 +349,11 @@ func (ix *index) locate(s string) *Error {
 	return e
 }
 
-// find returns the first entry for which ok holds, or nil.
-func (ix *index) find(ok func(entry) bool) *entry {
-	for i := range ix.entries {
-		if ok(ix.entries[i]) {
-			return &ix.entries[i]
+// find returns the first of entries for which ok holds, or nil.
+func find(entries []*entry, ok func(*entry) bool) *entry {
+	for _, en := range entries {
+		if ok(en) {
+			return en
 		}
 	}
 	return nil
@@ -397,6 +407,18 @@ func yamlMessage(msg string) message {
 		return message{into: describeType(m[3]), tag: m[1], text: m[2]}
 	}
 	return message{}
+}
+
+// got describes the value a "cannot unmarshal" message is about, as far as
+// the message tells.
+func (m message) got() string {
+	switch m.tag {
+	case "map":
+		return "a mapping"
+	case "seq":
+		return "a list"
+	}
+	return strconv.Quote(m.text)
 }
 
 // matches reports whether n is the value a "cannot unmarshal" message is
