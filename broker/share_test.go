@@ -11,6 +11,7 @@ import (
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/broker/packet"
+	"github.com/linemq/linemq/internal/mqtttest"
 )
 
 // waitMembers waits until the group has n members.
@@ -29,18 +30,18 @@ func waitMembers(t *testing.T, srv *broker.Server, name string, n int) {
 func TestShareRoundRobinExactSequence(t *testing.T) {
 	_, addr := brokertest.RunServer(t, broker.Options{})
 	names := []string{"A", "B", "C", "D", "E"}
-	workers := make([]*v5, len(names))
+	workers := make([]*mqtttest.V5, len(names))
 	for i, n := range names {
-		workers[i], _ = dialV5(t, addr, &paho.Connect{ClientID: n, CleanStart: true}, nil)
-		workers[i].sub("$share/pool/line/+/temp", 1)
+		workers[i], _ = mqtttest.DialV5(t, addr, &paho.Connect{ClientID: n, CleanStart: true}, nil)
+		workers[i].Sub("$share/pool/line/+/temp", 1)
 	}
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
 	var got []string
 	for i := range 10 {
-		pub.pub("line/1/temp", 1, false, fmt.Sprint(i))
+		pub.Pub("line/1/temp", 1, false, fmt.Sprint(i))
 		for j, w := range workers {
 			select {
-			case m := <-w.msgs:
+			case m := <-w.Msgs:
 				if m.Topic != "line/1/temp" {
 					t.Fatalf("topic %s", m.Topic)
 				}
@@ -52,7 +53,7 @@ func TestShareRoundRobinExactSequence(t *testing.T) {
 		brokertest.Eventually(t, 5*time.Second, "one delivery", func() bool {
 			for j, w := range workers {
 				select {
-				case <-w.msgs:
+				case <-w.Msgs:
 					got = append(got, names[j])
 				default:
 				}
@@ -64,24 +65,24 @@ func TestShareRoundRobinExactSequence(t *testing.T) {
 		t.Fatalf("sequence %q, want A B C D E A B C D E", s)
 	}
 	for _, w := range workers {
-		w.none(50 * time.Millisecond)
+		w.None(50 * time.Millisecond)
 	}
 }
 
 func TestShareTwoMembersFourMessages(t *testing.T) {
 	_, addr := brokertest.RunServer(t, broker.Options{})
-	a, _ := dialV5(t, addr, &paho.Connect{ClientID: "a", CleanStart: true}, nil)
-	b, _ := dialV5(t, addr, &paho.Connect{ClientID: "b", CleanStart: true}, nil)
-	a.sub("$share/g/t", 1)
-	b.sub("$share/g/t", 1)
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	a, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "a", CleanStart: true}, nil)
+	b, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "b", CleanStart: true}, nil)
+	a.Sub("$share/g/t", 1)
+	b.Sub("$share/g/t", 1)
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
 	for i := range 4 {
-		pub.pub("t", 1, false, fmt.Sprint(i))
+		pub.Pub("t", 1, false, fmt.Sprint(i))
 	}
-	for _, w := range []*v5{a, b} {
-		w.next()
-		w.next()
-		w.none(50 * time.Millisecond)
+	for _, w := range []*mqtttest.V5{a, b} {
+		w.Next()
+		w.Next()
+		w.None(50 * time.Millisecond)
 	}
 }
 
@@ -101,8 +102,8 @@ func TestShareFilterSyntax(t *testing.T) {
 		t.Fatalf("SUBACK %v, want %s", sa.Reasons, want)
 	}
 	// $share/consumer1//finance matches /finance.
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
-	pub.pub("/finance", 1, false, "$")
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	pub.Pub("/finance", 1, false, "$")
 	var p packet.Publish
 	c.Expect(packet.PUBLISH, &p)
 	if string(p.Topic) != "/finance" {
@@ -122,38 +123,38 @@ func TestShareCopiesPerGroupAndPlain(t *testing.T) {
 	srv, addr := brokertest.RunServer(t, broker.Options{})
 	// g1 has two members; g2 one; "both" holds a plain and a g1 subscription;
 	// "other" has g1 with another filter, which is another group.
-	both, _ := dialV5(t, addr, &paho.Connect{ClientID: "both", CleanStart: true}, nil)
-	both.sub("$share/g1/plant/#", 1)
-	both.sub("plant/#", 1)
-	m2, _ := dialV5(t, addr, &paho.Connect{ClientID: "m2", CleanStart: true}, nil)
-	m2.sub("$share/g1/plant/#", 1)
-	g2, _ := dialV5(t, addr, &paho.Connect{ClientID: "g2", CleanStart: true}, nil)
-	g2.sub("$share/g2/plant/#", 1)
-	other, _ := dialV5(t, addr, &paho.Connect{ClientID: "other", CleanStart: true}, nil)
-	other.sub("$share/g1/plant/+/x", 1)
+	both, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "both", CleanStart: true}, nil)
+	both.Sub("$share/g1/plant/#", 1)
+	both.Sub("plant/#", 1)
+	m2, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "m2", CleanStart: true}, nil)
+	m2.Sub("$share/g1/plant/#", 1)
+	g2, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "g2", CleanStart: true}, nil)
+	g2.Sub("$share/g2/plant/#", 1)
+	other, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "other", CleanStart: true}, nil)
+	other.Sub("$share/g1/plant/+/x", 1)
 	if n := len(srv.ShareGroups()); n != 3 {
 		t.Fatalf("%d groups, want 3 (g1 twice with two filters, g2)", n)
 	}
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
-	pub.pub("plant/1/x", 1, false, "m")
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	pub.Pub("plant/1/x", 1, false, "m")
 	// both: plain copy + its g1 turn (it joined first) = 2 copies.
-	both.next()
-	both.next()
-	both.none(50 * time.Millisecond)
-	m2.none(50 * time.Millisecond)
-	g2.next()
-	other.next()
+	both.Next()
+	both.Next()
+	both.None(50 * time.Millisecond)
+	m2.None(50 * time.Millisecond)
+	g2.Next()
+	other.Next()
 }
 
 func TestShareQoSDowngradeAndNoRetained(t *testing.T) {
 	_, addr := brokertest.RunServer(t, broker.Options{})
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
-	pub.pub("r/t", 1, true, "retained")
-	w, _ := dialV5(t, addr, &paho.Connect{ClientID: "w", CleanStart: true}, nil)
-	w.sub("$share/g/r/#", 0)
-	w.none(100 * time.Millisecond) // never retained to a shared subscription
-	pub.pub("r/t", 2, false, "live")
-	if m := w.next(); m.QoS != 0 || string(m.Payload) != "live" {
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	pub.Pub("r/t", 1, true, "retained")
+	w, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "w", CleanStart: true}, nil)
+	w.Sub("$share/g/r/#", 0)
+	w.None(100 * time.Millisecond) // never retained to a shared subscription
+	pub.Pub("r/t", 2, false, "live")
+	if m := w.Next(); m.QoS != 0 || string(m.Payload) != "live" {
 		t.Fatalf("got qos %d %q, want QoS 0 live", m.QoS, m.Payload)
 	}
 }
@@ -161,12 +162,12 @@ func TestShareQoSDowngradeAndNoRetained(t *testing.T) {
 func TestShareBackpressureSkipsFullMember(t *testing.T) {
 	srv, addr := brokertest.RunServer(t, broker.Options{})
 	wedged := windowSub(t, addr, "wedged", "$share/g/job", 3, 0)
-	fast, _ := dialV5(t, addr, &paho.Connect{ClientID: "fast", CleanStart: true}, nil)
-	fast.sub("$share/g/job", 1)
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	fast, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "fast", CleanStart: true}, nil)
+	fast.Sub("$share/g/job", 1)
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
 	const n = 100
 	for i := range n {
-		pub.pub("job", 1, false, fmt.Sprint(i))
+		pub.Pub("job", 1, false, fmt.Sprint(i))
 	}
 	seen := map[string]bool{}
 	for range 3 {
@@ -176,7 +177,7 @@ func TestShareBackpressureSkipsFullMember(t *testing.T) {
 	}
 	wedged.ExpectNothing(100 * time.Millisecond)
 	for range n - 3 {
-		m := fast.next()
+		m := fast.Next()
 		if seen[string(m.Payload)] {
 			t.Fatalf("duplicate %s", m.Payload)
 		}
@@ -203,16 +204,16 @@ func TestShareStrictRotationQueuesToFullMember(t *testing.T) {
 		Groups: []broker.GroupPolicy{{Name: "strict", StrictRotation: true}},
 	}})
 	wedged := windowSub(t, addr, "wedged", "$share/strict/job", 1, 0)
-	fast, _ := dialV5(t, addr, &paho.Connect{ClientID: "fast", CleanStart: true}, nil)
-	fast.sub("$share/strict/job", 1)
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	fast, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "fast", CleanStart: true}, nil)
+	fast.Sub("$share/strict/job", 1)
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
 	for i := range 6 {
-		pub.pub("job", 1, false, fmt.Sprint(i))
+		pub.Pub("job", 1, false, fmt.Sprint(i))
 	}
 	for range 3 {
-		fast.next()
+		fast.Next()
 	}
-	fast.none(100 * time.Millisecond)
+	fast.None(100 * time.Millisecond)
 	// The wedged member holds its three, one in flight and two queued.
 	var p packet.Publish
 	wedged.Expect(packet.PUBLISH, &p)
@@ -228,12 +229,12 @@ func TestShareRedispatchOnSessionEnd(t *testing.T) {
 	// in flight, and the rest queue behind them once the other member is
 	// full too.
 	doomed := windowSub(t, addr, "doomed", "$share/g/seq", 5, 0)
-	survivor, _ := dialV5(t, addr, &paho.Connect{ClientID: "survivor", CleanStart: true}, nil)
-	survivor.sub("$share/g/seq", 1)
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	survivor, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "survivor", CleanStart: true}, nil)
+	survivor.Sub("$share/g/seq", 1)
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
 	const n = 50
 	for i := range n {
-		pub.pub("seq", 1, false, fmt.Sprint(i))
+		pub.Pub("seq", 1, false, fmt.Sprint(i))
 	}
 	got := map[string]int{}
 	for range 5 {
@@ -241,13 +242,13 @@ func TestShareRedispatchOnSessionEnd(t *testing.T) {
 		doomed.Expect(packet.PUBLISH, &p)
 	}
 	for range n - 5 {
-		got[string(survivor.next().Payload)]++
+		got[string(survivor.Next().Payload)]++
 	}
 	// Kill the member's TCP connection: session expiry 0 ends its session,
 	// and its five unacknowledged QoS 1 messages go to the survivor.
 	doomed.Conn.Close()
 	for range 5 {
-		got[string(survivor.next().Payload)]++
+		got[string(survivor.Next().Payload)]++
 	}
 	for i := range n {
 		if got[fmt.Sprint(i)] == 0 {
@@ -264,10 +265,10 @@ func TestShareQoS2StaysBound(t *testing.T) {
 	srv, addr := brokertest.RunServer(t, broker.Options{})
 	bound, _ := brokertest.Connect(t, addr, withExpiry(rawV5("bound", true), 0))
 	bound.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/g/x"), QoS: 2}}})
-	other, _ := dialV5(t, addr, &paho.Connect{ClientID: "other", CleanStart: true}, nil)
-	other.sub("$share/g/x", 2)
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
-	pub.pub("x", 2, false, "q2")
+	other, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "other", CleanStart: true}, nil)
+	other.Sub("$share/g/x", 2)
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	pub.Pub("x", 2, false, "q2")
 	var p packet.Publish
 	bound.Expect(packet.PUBLISH, &p)
 	bound.Conn.Close()
@@ -275,7 +276,7 @@ func TestShareQoS2StaysBound(t *testing.T) {
 		gs := srv.ShareGroups()
 		return len(gs) == 1 && gs[0].Members == 1
 	})
-	other.none(200 * time.Millisecond) // [MQTT-4.8.2-5]
+	other.None(200 * time.Millisecond) // [MQTT-4.8.2-5]
 }
 
 func TestShareContracts(t *testing.T) {
@@ -322,11 +323,11 @@ func TestShareHashStrategies(t *testing.T) {
 		{Name: "bypub", Strategy: "hash_clientid"},
 	}}})
 	names := []string{"w0", "w1", "w2"}
-	workers := make([]*v5, 3)
+	workers := make([]*mqtttest.V5, 3)
 	for i, n := range names {
-		workers[i], _ = dialV5(t, addr, &paho.Connect{ClientID: n, CleanStart: true}, nil)
-		workers[i].sub("$share/bytopic/dev/+", 1)
-		workers[i].sub("$share/bypub/pubs/#", 1)
+		workers[i], _ = mqtttest.DialV5(t, addr, &paho.Connect{ClientID: n, CleanStart: true}, nil)
+		workers[i].Sub("$share/bytopic/dev/+", 1)
+		workers[i].Sub("$share/bypub/pubs/#", 1)
 	}
 	owner := func() int {
 		t.Helper()
@@ -334,7 +335,7 @@ func TestShareHashStrategies(t *testing.T) {
 		for time.Now().Before(deadline) {
 			for i, w := range workers {
 				select {
-				case <-w.msgs:
+				case <-w.Msgs:
 					return i
 				default:
 				}
@@ -344,12 +345,12 @@ func TestShareHashStrategies(t *testing.T) {
 		t.Fatal("no worker received the message within 5s")
 		return -1
 	}
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
 	owners := map[string]int{}
 	for round := range 3 {
 		for d := range 12 {
 			topic := fmt.Sprintf("dev/%d", d)
-			pub.pub(topic, 1, false, "")
+			pub.Pub(topic, 1, false, "")
 			o := owner()
 			if round == 0 {
 				owners[topic] = o
@@ -363,14 +364,14 @@ func TestShareHashStrategies(t *testing.T) {
 		t.Fatal("hash_topic sent every device to one worker")
 	}
 	// hash_clientid: every message of one publisher goes to one member.
-	pubs := make([]*v5, 4)
+	pubs := make([]*mqtttest.V5, 4)
 	for i := range pubs {
-		pubs[i], _ = dialV5(t, addr, &paho.Connect{ClientID: fmt.Sprint("device-", i), CleanStart: true}, nil)
+		pubs[i], _ = mqtttest.DialV5(t, addr, &paho.Connect{ClientID: fmt.Sprint("device-", i), CleanStart: true}, nil)
 	}
 	for i, p := range pubs {
 		first := -1
 		for j := range 5 {
-			p.pub(fmt.Sprintf("pubs/%d/%d", i, j), 1, false, "")
+			p.Pub(fmt.Sprintf("pubs/%d/%d", i, j), 1, false, "")
 			o := owner()
 			if first < 0 {
 				first = o
@@ -386,41 +387,41 @@ func TestShareStickyAndRandom(t *testing.T) {
 		{Name: "standby", Strategy: "sticky"},
 		{Name: "rnd", Strategy: "random"},
 	}}})
-	a, _ := dialV5(t, addr, &paho.Connect{ClientID: "a", CleanStart: true}, nil)
-	b, _ := dialV5(t, addr, &paho.Connect{ClientID: "b", CleanStart: true}, nil)
-	for _, w := range []*v5{a, b} {
-		w.sub("$share/standby/s", 1)
-		w.sub("$share/rnd/r", 0)
+	a, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "a", CleanStart: true}, nil)
+	b, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "b", CleanStart: true}, nil)
+	for _, w := range []*mqtttest.V5{a, b} {
+		w.Sub("$share/standby/s", 1)
+		w.Sub("$share/rnd/r", 0)
 	}
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
 	for range 10 {
-		pub.pub("s", 1, false, "")
+		pub.Pub("s", 1, false, "")
 	}
 	for range 10 {
-		a.next()
+		a.Next()
 	}
-	b.none(50 * time.Millisecond)
+	b.None(50 * time.Millisecond)
 	// The sticky member leaves: the other takes over for good.
 	a.Client.Disconnect(&paho.Disconnect{})
 	for range 5 {
-		pub.pub("s", 1, false, "")
+		pub.Pub("s", 1, false, "")
 	}
 	for range 5 {
-		b.next()
+		b.Next()
 	}
 	// Random: both get some of 200.
-	c, _ := dialV5(t, addr, &paho.Connect{ClientID: "c", CleanStart: true}, nil)
-	c.sub("$share/rnd/r", 0)
+	c, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "c", CleanStart: true}, nil)
+	c.Sub("$share/rnd/r", 0)
 	for range 200 {
-		pub.pub("r", 1, false, "")
+		pub.Pub("r", 1, false, "")
 	}
 	nb, nc := 0, 0
 	brokertest.Eventually(t, 5*time.Second, "200 random deliveries", func() bool {
 		for {
 			select {
-			case <-b.msgs:
+			case <-b.Msgs:
 				nb++
-			case <-c.msgs:
+			case <-c.Msgs:
 				nc++
 			default:
 				return nb+nc == 200
@@ -501,21 +502,21 @@ func TestShareRedispatchWhenMemberGoes(t *testing.T) {
 	srv, addr := brokertest.RunServer(t, broker.Options{Shares: broker.ShareOptions{Groups: []broker.GroupPolicy{
 		{Name: "eager", RedispatchOnDisconnect: true},
 	}}})
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
-	drain := func(w *v5, n int) map[string]bool {
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "p", CleanStart: true}, nil)
+	drain := func(w *mqtttest.V5, n int) map[string]bool {
 		got := map[string]bool{}
 		for range n {
-			got[string(w.next().Payload)] = true
+			got[string(w.Next().Payload)] = true
 		}
 		return got
 	}
 
 	// UNSUBSCRIBE: the member's two unacknowledged messages move.
 	leaver := windowSub(t, addr, "leaver", "$share/plain/u", 2, 0)
-	stay, _ := dialV5(t, addr, &paho.Connect{ClientID: "stay", CleanStart: true}, nil)
-	stay.sub("$share/plain/u", 1)
+	stay, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "stay", CleanStart: true}, nil)
+	stay.Sub("$share/plain/u", 1)
 	for i := range 4 {
-		pub.pub("u", 1, false, fmt.Sprint(i))
+		pub.Pub("u", 1, false, fmt.Sprint(i))
 	}
 	for range 2 {
 		leaver.Expect(packet.PUBLISH, nil)
@@ -534,9 +535,9 @@ func TestShareRedispatchWhenMemberGoes(t *testing.T) {
 	// hands its messages over at once, without waiting for its session to
 	// expire, and stays a member.
 	flaky := windowSub(t, addr, "flaky", "$share/eager/e", 2, 3600)
-	stay.sub("$share/eager/e", 1)
+	stay.Sub("$share/eager/e", 1)
 	for i := range 4 {
-		pub.pub("e", 1, false, fmt.Sprint(i))
+		pub.Pub("e", 1, false, fmt.Sprint(i))
 	}
 	for range 2 {
 		flaky.Expect(packet.PUBLISH, nil)
@@ -558,7 +559,7 @@ func TestShareRedispatchWhenMemberGoes(t *testing.T) {
 	// The last member leaves: the group ends and its messages are discarded.
 	last := windowSub(t, addr, "last", "$share/lonely/l", 2, 0)
 	for i := range 3 {
-		pub.pub("l", 1, false, fmt.Sprint(i))
+		pub.Pub("l", 1, false, fmt.Sprint(i))
 	}
 	for range 2 {
 		last.Expect(packet.PUBLISH, nil)

@@ -14,6 +14,7 @@ import (
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/broker/packet"
+	"github.com/linemq/linemq/internal/mqtttest"
 )
 
 // soakWorker is a share-group member that records every sequence number it
@@ -76,7 +77,7 @@ func TestShareSoakWorkerChurn(t *testing.T) {
 	var wg sync.WaitGroup
 	pubErr := make(chan error, publishers)
 	for p := range publishers {
-		pub, _ := dialV5(t, addr, &paho.Connect{ClientID: fmt.Sprint("pub-", p), CleanStart: true}, nil)
+		pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: fmt.Sprint("pub-", p), CleanStart: true}, nil)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -11,34 +11,35 @@ import (
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/broker/packet"
+	"github.com/linemq/linemq/internal/mqtttest"
 )
 
 func TestV5PubSubEachQoS(t *testing.T) {
 	_, addr := brokertest.RunServer(t, broker.Options{})
-	sub, _ := dialV5(t, addr, &paho.Connect{ClientID: "sub", CleanStart: true}, nil)
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
-	sub.sub("q/#", 2)
+	sub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "sub", CleanStart: true}, nil)
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
+	sub.Sub("q/#", 2)
 	for qos := byte(0); qos <= 2; qos++ {
-		r := pub.pub(fmt.Sprintf("q/%d", qos), qos, false, "x")
+		r := pub.Pub(fmt.Sprintf("q/%d", qos), qos, false, "x")
 		if qos > 0 && r.ReasonCode != 0 {
 			t.Fatalf("qos %d: reason %#x", qos, r.ReasonCode)
 		}
-		m := sub.next()
+		m := sub.Next()
 		if m.Topic != fmt.Sprintf("q/%d", qos) || m.QoS != qos {
 			t.Fatalf("got %s qos %d, want qos %d", m.Topic, m.QoS, qos)
 		}
 	}
 	// QoS delivered is the minimum of published and granted.
-	sub.sub("down/#", 1)
-	pub.pub("down/x", 2, false, "y")
-	if m := sub.next(); m.QoS != 1 {
+	sub.Sub("down/#", 1)
+	pub.Pub("down/x", 2, false, "y")
+	if m := sub.Next(); m.QoS != 1 {
 		t.Fatalf("downgrade: got qos %d, want 1", m.QoS)
 	}
 }
 
 func TestV5AssignedClientIDAndConnackFlags(t *testing.T) {
 	_, addr := brokertest.RunServer(t, broker.Options{DisableSubIDs: true, MaxKeepAlive: 30 * time.Second})
-	_, ca := dialV5(t, addr, &paho.Connect{CleanStart: true, KeepAlive: 600}, nil)
+	_, ca := mqtttest.DialV5(t, addr, &paho.Connect{CleanStart: true, KeepAlive: 600}, nil)
 	p := ca.Properties
 	if p.AssignedClientID == "" {
 		t.Fatal("no assigned client identifier for an empty client id")
@@ -73,7 +74,7 @@ func TestV5AuthenticatorSeesCredentials(t *testing.T) {
 		t.Fatalf("reason %v, want bad user name or password", ca.Reason)
 	}
 	cl.ExpectClosed()
-	c, _ := dialV5(t, addr, &paho.Connect{ClientID: "ok", CleanStart: true, Username: "op", UsernameFlag: true,
+	c, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "ok", CleanStart: true, Username: "op", UsernameFlag: true,
 		Password: []byte("secret"), PasswordFlag: true}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -200,9 +201,9 @@ func TestV5ResendWithDupAfterReconnect(t *testing.T) {
 	_, addr := brokertest.RunServer(t, broker.Options{})
 	sub, _ := brokertest.Connect(t, addr, withExpiry(rawV5("worker", true), 60))
 	sub.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("job"), QoS: 2}}})
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
-	pub.pub("job", 1, false, "one")
-	pub.pub("job", 2, false, "two")
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
+	pub.Pub("job", 1, false, "one")
+	pub.Pub("job", 2, false, "two")
 	var p1, p2 packet.Publish
 	sub.Expect(packet.PUBLISH, &p1)
 	sub.Expect(packet.PUBLISH, &p2)
@@ -239,39 +240,39 @@ func TestV5ResendWithDupAfterReconnect(t *testing.T) {
 
 func TestV5Retained(t *testing.T) {
 	_, addr := brokertest.RunServer(t, broker.Options{})
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
-	pub.pub("cfg/a", 1, true, "A")
-	pub.pub("cfg/b", 1, true, "B")
-	pub.pub("cfg/b", 1, true, "") // clears cfg/b
-	sub, _ := dialV5(t, addr, &paho.Connect{ClientID: "sub", CleanStart: true}, nil)
-	sub.sub("cfg/#", 1)
-	m := sub.next()
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
+	pub.Pub("cfg/a", 1, true, "A")
+	pub.Pub("cfg/b", 1, true, "B")
+	pub.Pub("cfg/b", 1, true, "") // clears cfg/b
+	sub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "sub", CleanStart: true}, nil)
+	sub.Sub("cfg/#", 1)
+	m := sub.Next()
 	if m.Topic != "cfg/a" || string(m.Payload) != "A" || !m.Retain {
 		t.Fatalf("retained delivery %s %q retain=%v", m.Topic, m.Payload, m.Retain)
 	}
-	sub.none(100 * time.Millisecond)
+	sub.None(100 * time.Millisecond)
 
 	// Retain Handling 1: only for a new subscription; 2: never.
-	sub.subOpts(nil, paho.SubscribeOptions{Topic: "cfg/#", QoS: 1, RetainHandling: 1})
-	sub.none(100 * time.Millisecond)
-	sub2, _ := dialV5(t, addr, &paho.Connect{ClientID: "sub2", CleanStart: true}, nil)
-	sub2.subOpts(nil, paho.SubscribeOptions{Topic: "cfg/#", QoS: 1, RetainHandling: 2})
-	sub2.none(100 * time.Millisecond)
-	sub2.subOpts(nil, paho.SubscribeOptions{Topic: "cfg/+", QoS: 1, RetainHandling: 1})
-	if m := sub2.next(); m.Topic != "cfg/a" {
+	sub.SubOpts(nil, paho.SubscribeOptions{Topic: "cfg/#", QoS: 1, RetainHandling: 1})
+	sub.None(100 * time.Millisecond)
+	sub2, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "sub2", CleanStart: true}, nil)
+	sub2.SubOpts(nil, paho.SubscribeOptions{Topic: "cfg/#", QoS: 1, RetainHandling: 2})
+	sub2.None(100 * time.Millisecond)
+	sub2.SubOpts(nil, paho.SubscribeOptions{Topic: "cfg/+", QoS: 1, RetainHandling: 1})
+	if m := sub2.Next(); m.Topic != "cfg/a" {
 		t.Fatalf("retain handling 1 on a new subscription: got %s", m.Topic)
 	}
 
 	// Retain As Published: live messages keep RETAIN only for RAP subscribers.
-	rap, _ := dialV5(t, addr, &paho.Connect{ClientID: "rap", CleanStart: true}, nil)
-	rap.subOpts(nil, paho.SubscribeOptions{Topic: "live", QoS: 1, RetainAsPublished: true})
-	plain, _ := dialV5(t, addr, &paho.Connect{ClientID: "plain", CleanStart: true}, nil)
-	plain.sub("live", 1)
-	pub.pub("live", 1, true, "L")
-	if m := rap.next(); !m.Retain {
+	rap, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "rap", CleanStart: true}, nil)
+	rap.SubOpts(nil, paho.SubscribeOptions{Topic: "live", QoS: 1, RetainAsPublished: true})
+	plain, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "plain", CleanStart: true}, nil)
+	plain.Sub("live", 1)
+	pub.Pub("live", 1, true, "L")
+	if m := rap.Next(); !m.Retain {
 		t.Fatal("retain as published: RETAIN cleared")
 	}
-	if m := plain.next(); m.Retain {
+	if m := plain.Next(); m.Retain {
 		t.Fatal("without retain as published: RETAIN kept on a live message")
 	}
 }
@@ -279,8 +280,8 @@ func TestV5Retained(t *testing.T) {
 func TestV5Wills(t *testing.T) {
 	clock := brokertest.NewFakeClock()
 	_, addr := brokertest.RunServer(t, broker.Options{Clock: clock})
-	watcher, _ := dialV5(t, addr, &paho.Connect{ClientID: "watch", CleanStart: true}, nil)
-	watcher.sub("will/#", 1)
+	watcher, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "watch", CleanStart: true}, nil)
+	watcher.Sub("will/#", 1)
 
 	withWill := func(id string, delay uint32, expiry uint32) *packet.Connect {
 		c := withExpiry(rawV5(id, true), expiry)
@@ -295,28 +296,28 @@ func TestV5Wills(t *testing.T) {
 	// Abrupt close: published at once.
 	cl, _ := brokertest.Connect(t, addr, withWill("abrupt", 0, 0))
 	cl.Conn.Close()
-	if m := watcher.next(); m.Topic != "will/abrupt" {
+	if m := watcher.Next(); m.Topic != "will/abrupt" {
 		t.Fatalf("got %s", m.Topic)
 	}
 	// Normal DISCONNECT: discarded.
 	cl, _ = brokertest.Connect(t, addr, withWill("polite", 0, 0))
 	cl.Send((&packet.Disconnect{}).Append(nil, packet.V5))
 	cl.ExpectClosed()
-	watcher.none(100 * time.Millisecond)
+	watcher.None(100 * time.Millisecond)
 	// DISCONNECT 0x04: published.
 	cl, _ = brokertest.Connect(t, addr, withWill("withwill", 0, 0))
 	cl.Send((&packet.Disconnect{Reason: packet.DisconnectWithWill}).Append(nil, packet.V5))
-	if m := watcher.next(); m.Topic != "will/withwill" {
+	if m := watcher.Next(); m.Topic != "will/withwill" {
 		t.Fatalf("got %s", m.Topic)
 	}
 	// Will delay: not before the delay, and cancelled by a reconnect.
 	cl, _ = brokertest.Connect(t, addr, withWill("delayed", 10, 100))
 	closeAndWaitTimers(t, clock, cl, 2)
-	watcher.none(100 * time.Millisecond)
+	watcher.None(100 * time.Millisecond)
 	clock.Advance(9 * time.Second)
-	watcher.none(50 * time.Millisecond)
+	watcher.None(50 * time.Millisecond)
 	clock.Advance(2 * time.Second)
-	if m := watcher.next(); m.Topic != "will/delayed" {
+	if m := watcher.Next(); m.Topic != "will/delayed" {
 		t.Fatalf("got %s", m.Topic)
 	}
 	cl, _ = brokertest.Connect(t, addr, withWill("back", 10, 100))
@@ -325,12 +326,12 @@ func TestV5Wills(t *testing.T) {
 	c.CleanStart = false
 	brokertest.Connect(t, addr, c)
 	clock.Advance(20 * time.Second)
-	watcher.none(100 * time.Millisecond)
+	watcher.None(100 * time.Millisecond)
 	// Session expiry shorter than the will delay: the will goes at expiry.
 	cl, _ = brokertest.Connect(t, addr, withWill("short", 60, 5))
 	closeAndWaitTimers(t, clock, cl, 2)
 	clock.Advance(6 * time.Second)
-	if m := watcher.next(); m.Topic != "will/short" {
+	if m := watcher.Next(); m.Topic != "will/short" {
 		t.Fatalf("got %s", m.Topic)
 	}
 }
@@ -347,13 +348,13 @@ func closeAndWaitTimers(t *testing.T, clock *brokertest.FakeClock, c *brokertest
 
 func TestV5NoLocalAndSubscriptionIDs(t *testing.T) {
 	_, addr := brokertest.RunServer(t, broker.Options{})
-	c, _ := dialV5(t, addr, &paho.Connect{ClientID: "self", CleanStart: true}, nil)
-	c.subOpts(nil, paho.SubscribeOptions{Topic: "echo", QoS: 1, NoLocal: true})
-	c.pub("echo", 1, false, "mine")
-	c.none(100 * time.Millisecond)
-	other, _ := dialV5(t, addr, &paho.Connect{ClientID: "other", CleanStart: true}, nil)
-	other.pub("echo", 1, false, "theirs")
-	if m := c.next(); string(m.Payload) != "theirs" {
+	c, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "self", CleanStart: true}, nil)
+	c.SubOpts(nil, paho.SubscribeOptions{Topic: "echo", QoS: 1, NoLocal: true})
+	c.Pub("echo", 1, false, "mine")
+	c.None(100 * time.Millisecond)
+	other, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "other", CleanStart: true}, nil)
+	other.Pub("echo", 1, false, "theirs")
+	if m := c.Next(); string(m.Payload) != "theirs" {
 		t.Fatalf("got %q", m.Payload)
 	}
 
@@ -365,7 +366,7 @@ func TestV5NoLocalAndSubscriptionIDs(t *testing.T) {
 		s.Props.SubscriptionIDs = []uint32{uint32(42 - 35*i)} // 42, then 7
 		raw.Subscribe(s)
 	}
-	other.pub("ids/x", 1, false, "x")
+	other.Pub("ids/x", 1, false, "x")
 	var m packet.Publish
 	raw.Expect(packet.PUBLISH, &m)
 	if m.QoS != 1 {
@@ -379,15 +380,15 @@ func TestV5NoLocalAndSubscriptionIDs(t *testing.T) {
 
 func TestV5PropertiesPassThrough(t *testing.T) {
 	_, addr := brokertest.RunServer(t, broker.Options{})
-	sub, _ := dialV5(t, addr, &paho.Connect{ClientID: "sub", CleanStart: true}, nil)
-	sub.sub("rpc/#", 1)
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
+	sub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "sub", CleanStart: true}, nil)
+	sub.Sub("rpc/#", 1)
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
 	format := byte(1)
-	pub.pubProps(&paho.Publish{Topic: "rpc/req", QoS: 1, Payload: []byte(`{"a":1}`), Properties: &paho.PublishProperties{
+	pub.PubProps(&paho.Publish{Topic: "rpc/req", QoS: 1, Payload: []byte(`{"a":1}`), Properties: &paho.PublishProperties{
 		PayloadFormat: &format, ContentType: "application/json", ResponseTopic: "rpc/resp",
 		CorrelationData: []byte{1, 2, 3}, User: paho.UserProperties{{Key: "line", Value: "3"}, {Key: "line", Value: "4"}},
 	}})
-	m := sub.next()
+	m := sub.Next()
 	p := m.Properties
 	if p.PayloadFormat == nil || *p.PayloadFormat != 1 || p.ContentType != "application/json" ||
 		p.ResponseTopic != "rpc/resp" || string(p.CorrelationData) != "\x01\x02\x03" ||
@@ -405,9 +406,9 @@ func TestV5MessageExpiry(t *testing.T) {
 	// Offline for sure: a message sent on the dying connection would count
 	// as started and be completed despite its expiry.
 	brokertest.Eventually(t, 5*time.Second, "sub offline", func() bool { return srv.Stats().ClientsConnected == 0 })
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
-	pub.pubProps(&paho.Publish{Topic: "e/short", QoS: 1, Payload: []byte("s"), Properties: &paho.PublishProperties{MessageExpiry: u32(5)}})
-	pub.pubProps(&paho.Publish{Topic: "e/long", QoS: 1, Payload: []byte("l"), Properties: &paho.PublishProperties{MessageExpiry: u32(100)}})
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
+	pub.PubProps(&paho.Publish{Topic: "e/short", QoS: 1, Payload: []byte("s"), Properties: &paho.PublishProperties{MessageExpiry: u32(5)}})
+	pub.PubProps(&paho.Publish{Topic: "e/long", QoS: 1, Payload: []byte("l"), Properties: &paho.PublishProperties{MessageExpiry: u32(100)}})
 	clock.Advance(10 * time.Second)
 	sub, _ = brokertest.Connect(t, addr, withExpiry(rawV5("sub", false), 600))
 	var p packet.Publish
@@ -424,8 +425,8 @@ func TestV5MessageExpiry(t *testing.T) {
 func TestV5TopicAliases(t *testing.T) {
 	_, addr := brokertest.RunServer(t, broker.Options{TopicAliasMaximum: 4})
 	// Client to broker.
-	sub, _ := dialV5(t, addr, &paho.Connect{ClientID: "sub", CleanStart: true}, nil)
-	sub.sub("alias/#", 0)
+	sub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "sub", CleanStart: true}, nil)
+	sub.Sub("alias/#", 0)
 	pub, _ := brokertest.Connect(t, addr, rawV5("pub", true))
 	p := &packet.Publish{Topic: []byte("alias/long/topic"), Payload: []byte("1")}
 	p.Props.Set(packet.PropTopicAlias)
@@ -434,7 +435,7 @@ func TestV5TopicAliases(t *testing.T) {
 	p.Topic, p.Payload = nil, []byte("2")
 	pub.Publish(p)
 	for _, want := range []string{"1", "2"} {
-		if m := sub.next(); m.Topic != "alias/long/topic" || string(m.Payload) != want {
+		if m := sub.Next(); m.Topic != "alias/long/topic" || string(m.Payload) != want {
 			t.Fatalf("got %s %q", m.Topic, m.Payload)
 		}
 	}
@@ -448,9 +449,9 @@ func TestV5TopicAliases(t *testing.T) {
 	cp.Props.TopicAliasMaximum = 2
 	rc, _ := brokertest.Connect(t, addr, cp)
 	rc.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("alias/#")}}})
-	other, _ := dialV5(t, addr, &paho.Connect{ClientID: "other", CleanStart: true}, nil)
-	other.pub("alias/a", 0, false, "x")
-	other.pub("alias/a", 0, false, "y")
+	other, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "other", CleanStart: true}, nil)
+	other.Pub("alias/a", 0, false, "x")
+	other.Pub("alias/a", 0, false, "y")
 	var first, second packet.Publish
 	rc.Expect(packet.PUBLISH, &first)
 	rc.Expect(packet.PUBLISH, &second)
@@ -465,9 +466,9 @@ func TestV5TopicAliases(t *testing.T) {
 func TestV5ReceiveMaximumIsASendQuota(t *testing.T) {
 	_, addr := brokertest.RunServer(t, broker.Options{})
 	sub := windowSub(t, addr, "slow", "w", 2, 0)
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
 	for i := range 5 {
-		pub.pub("w", 1, false, fmt.Sprint(i))
+		pub.Pub("w", 1, false, fmt.Sprint(i))
 	}
 	var got []packet.Publish
 	for range 2 {
@@ -491,9 +492,9 @@ func TestV5QueueLimitDropsOldest(t *testing.T) {
 	sub.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("q"), QoS: 1}}})
 	sub.Conn.Close()
 	brokertest.Eventually(t, 5*time.Second, "detach", func() bool { return srv.Stats().ClientsConnected == 0 })
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
 	for i := range 5 {
-		pub.pub("q", 1, false, fmt.Sprint(i))
+		pub.Pub("q", 1, false, fmt.Sprint(i))
 	}
 	if d := srv.Stats().DroppedQueueFull; d != 2 {
 		t.Fatalf("dropped %d, want 2", d)
@@ -520,9 +521,9 @@ func TestV5MaximumPacketSize(t *testing.T) {
 	cp.Props.MaximumPacketSize = 40
 	small, _ := brokertest.Connect(t, addr, cp)
 	small.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("t"), QoS: 1}}})
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
-	pub.pub("t", 1, false, string(make([]byte, 100)))
-	pub.pub("t", 1, false, "fits")
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
+	pub.Pub("t", 1, false, string(make([]byte, 100)))
+	pub.Pub("t", 1, false, "fits")
 	var p packet.Publish
 	small.Expect(packet.PUBLISH, &p)
 	if string(p.Payload) != "fits" {
@@ -535,8 +536,8 @@ func TestV5MaximumPacketSize(t *testing.T) {
 
 func TestV5Unsubscribe(t *testing.T) {
 	_, addr := brokertest.RunServer(t, broker.Options{})
-	c, _ := dialV5(t, addr, &paho.Connect{ClientID: "c", CleanStart: true}, nil)
-	c.sub("a", 0)
+	c, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "c", CleanStart: true}, nil)
+	c.Sub("a", 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ua, err := c.Unsubscribe(ctx, &paho.Unsubscribe{Topics: []string{"a", "never"}})
@@ -546,8 +547,8 @@ func TestV5Unsubscribe(t *testing.T) {
 	if len(ua.Reasons) != 2 || ua.Reasons[0] != 0 || ua.Reasons[1] != byte(packet.NoSubscriptionExisted) {
 		t.Fatalf("UNSUBACK reasons %v, want [0 0x11]", ua.Reasons)
 	}
-	c.pub("a", 0, false, "x")
-	c.none(100 * time.Millisecond)
+	c.Pub("a", 0, false, "x")
+	c.None(100 * time.Millisecond)
 }
 
 func TestV5ProtocolErrors(t *testing.T) {
@@ -605,8 +606,8 @@ func TestV5ProtocolErrors(t *testing.T) {
 
 func TestV5QoS2DuplicateNotRoutedTwice(t *testing.T) {
 	srv, addr := brokertest.RunServer(t, broker.Options{})
-	sub, _ := dialV5(t, addr, &paho.Connect{ClientID: "sub", CleanStart: true}, nil)
-	sub.sub("once", 2)
+	sub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "sub", CleanStart: true}, nil)
+	sub.Sub("once", 2)
 	pub, _ := brokertest.Connect(t, addr, rawV5("pub", true))
 	p := &packet.Publish{Topic: []byte("once"), QoS: 2, PacketID: 9, Payload: []byte("x")}
 	pub.Publish(p)
@@ -618,8 +619,8 @@ func TestV5QoS2DuplicateNotRoutedTwice(t *testing.T) {
 	pub.Send((&packet.Ack{Type: packet.PUBREL, PacketID: 9}).Append(nil, packet.V5))
 	var comp packet.Ack
 	pub.Expect(packet.PUBCOMP, &comp)
-	sub.next()
-	sub.none(150 * time.Millisecond)
+	sub.Next()
+	sub.None(150 * time.Millisecond)
 	if srv.Stats().DuplicateQoS2 != 1 {
 		t.Fatalf("DuplicateQoS2 = %d", srv.Stats().DuplicateQoS2)
 	}
@@ -627,7 +628,7 @@ func TestV5QoS2DuplicateNotRoutedTwice(t *testing.T) {
 	p.Dup = false
 	pub.Publish(p)
 	pub.Expect(packet.PUBREC, &rec)
-	sub.next()
+	sub.Next()
 }
 
 func TestV5BadFiltersInSuback(t *testing.T) {
@@ -655,7 +656,7 @@ func TestV5ShutdownSendsServerShuttingDown(t *testing.T) {
 
 func shutdownSendsServerShuttingDown(t *testing.T, park time.Duration) {
 	srv, addr := brokertest.RunServer(t, broker.Options{IdleParkAfter: park})
-	c, _ := dialV5(t, addr, &paho.Connect{ClientID: "c", CleanStart: true}, nil)
+	c, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "c", CleanStart: true}, nil)
 	watcher, _ := brokertest.Connect(t, addr, rawV5("w", true))
 	wc := rawV5("dying", true)
 	wc.WillFlag, wc.WillTopic, wc.WillPayload = true, []byte("will/dying"), []byte("x")
@@ -669,7 +670,7 @@ func shutdownSendsServerShuttingDown(t *testing.T, park time.Duration) {
 	// paho hands the DISCONNECT to its callback from goroutines of its own,
 	// after closing itself: give it time on a loaded machine.
 	select {
-	case d := <-c.disc:
+	case d := <-c.Disc:
 		if d.ReasonCode != byte(packet.ServerShuttingDown) {
 			t.Fatalf("reason %#x, want 0x8B", d.ReasonCode)
 		}
@@ -684,12 +685,12 @@ func TestV5QueueDropsQoS0First(t *testing.T) {
 	sub.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("q/#"), QoS: 1}}})
 	sub.Conn.Close()
 	brokertest.Eventually(t, 5*time.Second, "detach", func() bool { return srv.Stats().ClientsConnected == 0 })
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
-	pub.pub("q/1", 1, false, "a")
-	pub.pub("q/0", 0, false, "b") // the QoS 0 message goes first when the queue overflows
-	pub.pub("q/1", 1, false, "c")
-	pub.pub("q/1", 1, false, "d")
-	pub.pub("q/0", 0, false, "e")
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
+	pub.Pub("q/1", 1, false, "a")
+	pub.Pub("q/0", 0, false, "b") // the QoS 0 message goes first when the queue overflows
+	pub.Pub("q/1", 1, false, "c")
+	pub.Pub("q/1", 1, false, "d")
+	pub.Pub("q/0", 0, false, "e")
 	brokertest.Eventually(t, 5*time.Second, "two drops", func() bool { return srv.Stats().DroppedQueueFull == 2 })
 	sub, _ = brokertest.Connect(t, addr, withExpiry(rawV5("offline", false), 60))
 	var got []string
@@ -712,9 +713,9 @@ func TestV5GlobalQueueLimit(t *testing.T) {
 		c.Conn.Close()
 	}
 	brokertest.Eventually(t, 5*time.Second, "offline", func() bool { return srv.Stats().ClientsConnected == 0 })
-	pub, _ := dialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
+	pub, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "pub", CleanStart: true}, nil)
 	for i := range 4 {
-		pub.pub("g", 1, false, fmt.Sprint(i))
+		pub.Pub("g", 1, false, fmt.Sprint(i))
 	}
 	if d := srv.Stats().DroppedQueueFull; d != 4 {
 		t.Fatalf("dropped %d, want 4 (8 deliveries, 4 allowed in all)", d)

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -15,48 +14,15 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/gateway"
 	"github.com/linemq/linemq/gateway/config"
+	"github.com/linemq/linemq/internal/mqtttest"
 )
 
 // TestMain fails the package if goroutines of the broker, the gateway or a
 // test client outlive the tests: Close must stop everything Start began.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakedGoroutines(5 * time.Second); leaked != "" {
-			fmt.Fprintf(os.Stderr, "leaked goroutines:\n%s\n", leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// leakedGoroutines polls until no goroutine runs code of this module or of
-// paho, and returns the stacks of those still running at the deadline.
-func leakedGoroutines(timeout time.Duration) string {
-	deadline := time.Now().Add(timeout)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		for g := range strings.SplitSeq(string(buf), "\n\n") {
-			if strings.Contains(g, "testing.(*M)") || strings.Contains(g, ".TestMain(") {
-				continue
-			}
-			if strings.Contains(g, "github.com/linemq/linemq/") || strings.Contains(g, "paho.golang") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 {
-			return ""
-		}
-		if time.Now().After(deadline) {
-			return strings.Join(leaked, "\n\n")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+func TestMain(m *testing.M) { brokertest.Main(m) }
 
 // testConfig returns a configuration listening on a free loopback port with
 // its data directory under t's temporary directory.
@@ -83,48 +49,14 @@ func (w tlogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// client is a connected MQTT v5 test client.
-type client struct {
-	*paho.Client
-	msgs        chan *paho.Publish
-	disconnects chan *paho.Disconnect
-}
-
 // connect connects a v5 client with id to addr and disconnects it at the
 // end of the test.
-func connect(t *testing.T, addr net.Addr, id string) *client {
+func connect(t *testing.T, addr net.Addr, id string) *mqtttest.V5 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &client{msgs: make(chan *paho.Publish, 16), disconnects: make(chan *paho.Disconnect, 1)}
-	c.Client = paho.NewClient(paho.ClientConfig{
-		Conn: conn,
-		OnPublishReceived: []func(paho.PublishReceived) (bool, error){
-			func(pr paho.PublishReceived) (bool, error) {
-				c.msgs <- pr.Packet
-				return true, nil
-			},
-		},
-		OnServerDisconnect: func(d *paho.Disconnect) { c.disconnects <- d },
-		OnClientError:      func(error) {},
-	})
-	ca, err := c.Connect(ctx, &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: true})
-	if err != nil {
-		conn.Close()
-		t.Fatalf("connect %s: %v", id, err)
-	}
+	c, ca := mqtttest.DialV5(t, addr.String(), &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: true}, nil)
 	if ca.ReasonCode != 0 {
 		t.Fatalf("connect %s: CONNACK reason %#x", id, ca.ReasonCode)
 	}
-	t.Cleanup(func() {
-		c.Disconnect(&paho.Disconnect{}) // fails harmlessly if already gone
-		<-c.Done()
-	})
 	return c
 }
 
@@ -164,7 +96,7 @@ func TestStartServeClose(t *testing.T) {
 	if _, err := pub.Publish(ctx, &paho.Publish{Topic: "t/1", QoS: 1, Payload: []byte("hello")}); err != nil {
 		t.Fatal(err)
 	}
-	if m := receive(t, sub.msgs, 5*time.Second, "the published message"); m.Topic != "t/1" || string(m.Payload) != "hello" {
+	if m := receive(t, sub.Msgs, 5*time.Second, "the published message"); m.Topic != "t/1" || string(m.Payload) != "hello" {
 		t.Errorf("received %q %q", m.Topic, m.Payload)
 	}
 
@@ -175,8 +107,8 @@ func TestStartServeClose(t *testing.T) {
 	if took := time.Since(start); took > gateway.ShutdownTimeout {
 		t.Errorf("Close took %v with well-behaved clients", took)
 	}
-	for _, c := range []*client{sub, pub} {
-		if d := receive(t, c.disconnects, 5*time.Second, "DISCONNECT"); d.ReasonCode != 0x8B {
+	for _, c := range []*mqtttest.V5{sub, pub} {
+		if d := receive(t, c.Disc, 5*time.Second, "DISCONNECT"); d.ReasonCode != 0x8B {
 			t.Errorf("DISCONNECT reason %#x, want 0x8B", d.ReasonCode)
 		}
 	}
@@ -212,7 +144,7 @@ func TestRun(t *testing.T) {
 	if err := receive(t, done, 5*time.Second, "Run to return"); err != nil {
 		t.Errorf("Run = %v", err)
 	}
-	if d := receive(t, c.disconnects, time.Second, "DISCONNECT"); d.ReasonCode != 0x8B {
+	if d := receive(t, c.Disc, time.Second, "DISCONNECT"); d.ReasonCode != 0x8B {
 		t.Errorf("DISCONNECT reason %#x, want 0x8B", d.ReasonCode)
 	}
 }
@@ -361,7 +293,7 @@ func TestPersistenceAndWearMetric(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	brokertestEventually(t, func() bool { return g.Stats().Store.PageBytesWritten > 0 })
+	brokertest.Eventually(t, 5*time.Second, "condition", func() bool { return g.Stats().Store.PageBytesWritten > 0 })
 	if st := g.Stats(); st.DiskBytesPerMessage <= 0 || st.Broker.MessagesIn != 10 {
 		t.Fatalf("wear metric %v with %d messages", st.DiskBytesPerMessage, st.Broker.MessagesIn)
 	}
@@ -375,16 +307,5 @@ func TestPersistenceAndWearMetric(t *testing.T) {
 	defer g.Close()
 	if n := g.Broker().Stats().Retained; n != 10 {
 		t.Fatalf("%d retained messages after restart, want 10", n)
-	}
-}
-
-func brokertestEventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
