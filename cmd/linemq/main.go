@@ -133,13 +133,12 @@ func newFlagSet(stderr io.Writer) (fs *flag.FlagSet, configFile *string, showVer
 
 // usage heads the output of linemq -h; the flags follow.
 const usage = `Usage:
-  linemq [-config FILE] [flags]             run the broker
-  linemq db check|compact [-data-dir DIR] [FILE]
-                                            check or compact the database
-                                            offline (see linemq db -h)
-  linemq -version
+  linemq [-config FILE] [flags]    run the broker
+  linemq db check|compact [FILE]   check or compact the database offline
+                                   (linemq db -h for its flags)
+  linemq -version                  print the version
 
-Flags override the configuration file.
+Flags override the configuration file:
 
 `
 

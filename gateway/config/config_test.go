@@ -896,7 +896,7 @@ func TestSize(t *testing.T) {
 		out  string
 	}{
 		{"0", 0, "0"}, {"1000", 1000, "1000"}, {"1024", KiB, "1KiB"}, {"64KiB", 64 * KiB, "64KiB"},
-		{"1536KiB", 1536 * KiB, "1536KiB"}, {"1MiB", MiB, "1MiB"}, {"2GiB", 2 * GiB, "2GiB"},
+		{"1536KiB", 1536 * KiB, "1536KiB"}, {"1MiB", MiB, "1MiB"}, {"1GiB", GiB, "1GiB"},
 		{"unlimited", Unlimited, "unlimited"},
 	} {
 		got, err := parseSize(tt.in)

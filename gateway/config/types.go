@@ -29,8 +29,8 @@ import (
 // Validate refuses it for the others.
 const Unlimited = -1
 
-// unlimited is how Unlimited is written.
-const unlimited = "unlimited"
+// unlimitedWord is how Unlimited is written.
+const unlimitedWord = "unlimited"
 
 // Limit is a limit on a count (messages, topic levels, members): a whole
 // number, or Unlimited. The zero value stands for the key's default; writing
@@ -40,7 +40,7 @@ type Limit int
 // UnmarshalYAML reads a decimal whole number or "unlimited".
 func (l *Limit) UnmarshalYAML(n *yaml.Node) error {
 	return decodeScalar(n, "a whole number", func(s string) error {
-		if s == unlimited {
+		if s == unlimitedWord {
 			*l = Unlimited
 			return nil
 		}
@@ -55,14 +55,14 @@ func (l *Limit) UnmarshalYAML(n *yaml.Node) error {
 // String returns the number, or "unlimited" for a negative value.
 func (l Limit) String() string {
 	if l < 0 {
-		return unlimited
+		return unlimitedWord
 	}
 	return strconv.Itoa(int(l))
 }
 
 // Size is a limit in bytes: a whole number of bytes, optionally with a
 // binary unit (64KiB, 1MiB, 2GiB), or Unlimited. The zero value stands for
-// the key's default. It is an int, as the broker's sizes are: at most 2 GiB
+// the key's default. It is an int, as the broker's sizes are: under 2 GiB
 // on 32-bit ARM.
 type Size int
 
@@ -92,7 +92,7 @@ func (z *Size) UnmarshalYAML(n *yaml.Node) error {
 }
 
 func parseSize(s string) (Size, error) {
-	if s == unlimited {
+	if s == unlimitedWord {
 		return Unlimited, nil
 	}
 	num, mult := s, Size(1)
@@ -116,7 +116,7 @@ func parseSize(s string) (Size, error) {
 // or "unlimited" for a negative value.
 func (z Size) String() string {
 	if z < 0 {
-		return unlimited
+		return unlimitedWord
 	}
 	for _, u := range sizeUnits {
 		if z >= u.n && z%u.n == 0 {
@@ -133,7 +133,7 @@ type Duration time.Duration
 // UnmarshalYAML reads a duration string or "unlimited".
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	return decodeScalar(n, "a duration", func(s string) error {
-		if s == unlimited {
+		if s == unlimitedWord {
 			*d = Unlimited
 			return nil
 		}
@@ -153,7 +153,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // value.
 func (d Duration) String() string {
 	if d < 0 {
-		return unlimited
+		return unlimitedWord
 	}
 	return time.Duration(d).String()
 }
@@ -297,7 +297,7 @@ func parseCount(num, text, what string) (int, error) {
 }
 
 // decodeScalar runs parse on the text of the scalar n, and returns its error
-// as a *yaml.TypeError that gives n's line and column (see located).
+// as a *yaml.TypeError that gives n's line and column (see index.locate).
 func decodeScalar(n *yaml.Node, what string, parse func(string) error) error {
 	if n.Kind != yaml.ScalarNode {
 		return typeError(n, fmt.Errorf("expected %s, got %s", what, kindName(n)))
@@ -320,7 +320,7 @@ func decodeWord[T ~string](n *yaml.Node, out *T, check func(T) error) error {
 }
 
 // typeError is err as yaml.v3 collects it. The position is in the form
-// located reads back: "line L: column C: problem".
+// index.locate reads back: "line L: column C: problem".
 func typeError(n *yaml.Node, err error) error {
 	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: column %d: %s", n.Line, n.Column, err)}}
 }
