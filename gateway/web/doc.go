@@ -39,7 +39,9 @@
 //   - a member is offline while its session keeps its membership;
 //   - with a strategy that spreads messages evenly (round_robin, random,
 //     prefer_local), a member's share of the last ShareWindow's deliveries
-//     is further than ShareTolerance from its expected share.
+//     is below its expected share by more than ShareTolerance (a slow or
+//     starved worker; the members above their share are taking up its
+//     slack and are not marked).
 //
 // # Label cardinality
 //

@@ -2,7 +2,6 @@ package web
 
 import (
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/linemq/linemq/broker"
@@ -93,7 +92,9 @@ func (s *Server) judge(g *broker.GroupStats, tr *groupTrack, clients map[string]
 		}
 		if sh, ok := shares[m.ClientID]; ok {
 			mv.Share, mv.ExpectedShare, mv.HasShare = sh, 1/float64(len(shares)), true
-			if math.Abs(mv.Share-mv.ExpectedShare) > th.ShareTolerance*mv.ExpectedShare {
+			// Only a share below the expected one marks the member: the
+			// members above it are the ones taking up the slack.
+			if mv.ExpectedShare-mv.Share > th.ShareTolerance*mv.ExpectedShare {
 				mv.Reasons = append(mv.Reasons, fmt.Sprintf("got %.0f%% of the last %s's deliveries, expected %.0f%%",
 					100*mv.Share, th.ShareWindow, 100*mv.ExpectedShare))
 			}

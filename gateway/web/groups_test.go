@@ -90,6 +90,7 @@ func TestShareRule(t *testing.T) {
 		{"even", "round_robin", []uint64{70, 70, 70}, ""},
 		{"within tolerance", "round_robin", []uint64{90, 70, 40}, ""},
 		{"one starved", "round_robin", []uint64{100, 100, 10}, "member w3: got 5% of the last 1m0s's deliveries, expected 33%"},
+		{"one hogging: the others are marked", "round_robin", []uint64{170, 20, 20}, "member w2: got 10% of the last 1m0s's deliveries, expected 33% | member w3: got 10% of the last 1m0s's deliveries, expected 33%"},
 		{"too few to judge", "round_robin", []uint64{50, 40, 0}, ""},
 		{"hash strategies are uneven by design", "hash_topic", []uint64{200, 10, 0}, ""},
 		{"the historian case: two halves", "random", []uint64{100, 100}, ""},

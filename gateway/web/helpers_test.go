@@ -205,3 +205,8 @@ func newTestServer(b *broker.Server, opts Options) *Server {
 func pahoPublish(topic string) *paho.Publish {
 	return &paho.Publish{Topic: topic, QoS: 1, Payload: []byte(`{"flow":12.5,"unit":"m3/h"}`)}
 }
+
+// pahoRetained is a retained QoS 1 message.
+func pahoRetained(topic, payload string) *paho.Publish {
+	return &paho.Publish{Topic: topic, QoS: 1, Retain: true, Payload: []byte(payload)}
+}

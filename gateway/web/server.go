@@ -84,8 +84,8 @@ type Thresholds struct {
 	// are compared. Default 60 s.
 	ShareWindow time.Duration
 	// ShareTolerance is how far (relative to the expected share) a
-	// member's share may be off: 0.5 flags a member of three with less
-	// than 1/6 or more than 1/2. Default 0.5.
+	// member's share may fall short: 0.5 flags a member of three that got
+	// less than 1/6 of the deliveries. Default 0.5.
 	ShareTolerance float64
 	// ShareMinMessages is how many deliveries the window needs before
 	// shares are judged. Default 100.

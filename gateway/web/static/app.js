@@ -209,10 +209,13 @@
     g.textAlign = "center";
     g.textBaseline = "alphabetic";
     const span = HISTORY * (interval || 1);
-    for (let i = 0; i <= 5; i++) {
-      const x = pad.l + (pw * i) / 5;
-      const ago = span - (span * i) / 5;
-      g.fillText(i === 5 ? "now" : "−" + Math.round(ago / 60) + " min", x, ht - 5);
+    const ticks = w < 500 ? 3 : 5; // fewer labels on a phone
+    for (let i = 0; i <= ticks; i++) {
+      const x = pad.l + (pw * i) / ticks;
+      const ago = span - (span * i) / ticks;
+      const label = span < 120 ? Math.round(ago) + " s" : Math.round(ago / 60) + " min";
+      g.textAlign = i === 0 ? "left" : i === ticks ? "right" : "center";
+      g.fillText(i === ticks ? "now" : "−" + label, i === 0 ? pad.l : x, ht - 5);
     }
     const xAt = (i, n) => pad.l + pw - ((n - 1 - i) * pw) / (HISTORY - 1);
     const yAt = (v) => pad.t + ph - (ph * v) / top;
@@ -299,8 +302,9 @@
         h("td", { class: "mono" }, m.client_id),
         h("td", null, m.node),
         h("td", null, h("span", { class: "badge " + (m.connected ? "on" : "off") }, m.connected ? "online" : "offline")),
-        h("td", { data: { field: "in_flight" } }, fmtInt(m.in_flight) + (win ? " · " + used + "/" + win : ""),
-          win ? h("span", { class: "bar" + (fill >= 1 ? " full" : "") }, h("span", { style: { width: Math.round(fill * 100) + "%" } })) : null),
+        h("td", { data: { field: "in_flight" }, title: fmtInt(m.in_flight) + " of this group's messages in flight" },
+          win ? fmtInt(used) + " / " + fmtInt(win) : fmtInt(m.in_flight),
+          win && win <= 1000 ? h("span", { class: "bar" + (fill >= 1 ? " full" : "") }, h("span", { style: { width: Math.round(fill * 100) + "%" } })) : null),
         h("td", { class: "num", data: { field: "queued" } }, fmtInt(m.queued)),
         h("td", { class: "num" }, fmtDur(m.oldest_queued_seconds)),
         h("td", { class: "num", data: { field: "delivered" } }, fmtInt(m.delivered)),
