@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/linemq/linemq/gateway/cluster/internal/etcdtest"
 	"github.com/linemq/linemq/gateway/cluster/registry"
 )
 
@@ -327,7 +328,7 @@ func TestSessionTakeoverAndRelease(t *testing.T) {
 	if err != nil || again.Prev.Node != "n1" || again.Prev.Revision != c1.Revision {
 		t.Fatalf("reclaim on the same node: %+v, %v", again, err)
 	}
-	caughtUp(t, again.Revision, n2)
+	caughtUp(t, again.Revision, n1, n2)
 	mark := n1.mark()
 	c2, err := n2.ClaimSession(ctx, "dev/7") // the client moves to n2
 	if err != nil || c2.Prev.Node != "n1" || c2.Prev.Revision != again.Revision {
@@ -371,7 +372,7 @@ func TestClaimGivenUpIsUndone(t *testing.T) {
 func TestReadyWaitsForEtcd(t *testing.T) {
 	cli, proxy := shared.ProxiedClient(t)
 	proxy.Cut()
-	r, err := registry.New(registry.Options{Client: cli, Node: "late", Prefix: "/linemq-test/ready/", RequestTimeout: 200 * time.Millisecond})
+	r, err := registry.New(registry.Options{Client: cli, Node: "late", Prefix: etcdtest.Prefix(t), RequestTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/linemq/linemq/gateway/cluster/internal/etcdtest"
 	"github.com/linemq/linemq/gateway/cluster/registry"
@@ -75,7 +76,7 @@ func TestResyncAfterCompaction(t *testing.T) {
 	compact(t, admin, rev)
 	proxy.Resume()
 
-	eventually(t, "a to catch up after the compaction", func() bool { return a.Revision() >= rev })
+	caughtUp(t, rev, a, b)
 	if st := a.Stats(); st.Compacted == 0 || st.Loads < 2 {
 		t.Fatalf("stats %+v: want the watch ended by the compaction and a re-read", st)
 	}
@@ -109,19 +110,21 @@ func TestDegradedWhilePartitioned(t *testing.T) {
 	proxy.Resume()
 
 	inState(t, a, registry.Healthy)
-	wait(t, w)
-	eventually(t, "a to catch up", func() bool { return a.Revision() >= rev })
+	rev = max(rev, wait(t, w))
+	caughtUp(t, rev, a, b)
 	checkCaughtUp(t, a, b, mark)
-	eventually(t, "b to see a2", func() bool { return slices.Contains(who(b.Members("g", "f")), "a:a2") })
+	if !slices.Contains(who(b.Members("g", "f")), "a:a2") {
+		t.Fatal("b does not see the member a added while cut off")
+	}
 	if st := a.Stats(); st.WatchLost == 0 {
 		t.Fatalf("stats %+v: want the lost watch counted", st)
 	}
 	checkReported(t, a)
 }
 
-// checkCaughtUp checks that a, back in touch, reports exactly b's changes
-// made while it was away (once each, as found by the re-read or the
-// watch) and orders the group as b does.
+// checkCaughtUp checks that a, back in touch and caught up with b, reports
+// exactly b's changes made while it was away (once each, as found by the
+// re-read or the watch) and orders the group as b does.
 func checkCaughtUp(t *testing.T, a, b *node, mark int) {
 	t.Helper()
 	evs := only(a.since(mark), aboutB)
@@ -133,7 +136,6 @@ func checkCaughtUp(t *testing.T, a, b *node, mark int) {
 	if !slices.Equal(got, wantAfterAway) {
 		t.Fatalf("order after reconnecting %v, want %v", got, wantAfterAway)
 	}
-	caughtUp(t, a.Revision(), b)
 	if x, y := who(a.Members("g", "f")), who(b.Members("g", "f")); !slices.Equal(x, y) {
 		t.Fatalf("a and b disagree on the order:\n%v\n%v", x, y)
 	}
@@ -292,4 +294,45 @@ func TestEtcdRestart(t *testing.T) {
 	}
 	checkReported(t, a)
 	checkReported(t, b)
+}
+
+// TestRestartedNodeClearsItsLeftovers crashes a node (its client goes
+// without revoking the lease) and starts it again at once: the new run
+// revokes the old run's lease before it is ready, so the old run's
+// members and sessions do not linger for a TTL in everyone's copy.
+func TestRestartedNodeClearsItsLeftovers(t *testing.T) {
+	admin := shared.Client(t)
+	b := start(t, admin, "b", nil)
+	crashing, err := clientv3.New(clientv3.Config{Endpoints: []string{shared.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its Close, trying to revoke through a closed client, gives up after
+	// the request timeout.
+	old := start(t, crashing, "a", func(o *registry.Options) { o.RequestTimeout = 200 * time.Millisecond })
+	wait(t, old.AddMember("g", "f", "gone", 1))
+	wait(t, old.AddRoute("gone/#"))
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	c, err := old.ClaimSession(ctx, "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caughtUp(t, c.Revision, b)
+	oldLease := old.Lease()
+	crashing.Close() // the lease can no longer be revoked nor kept alive
+	old.Close()
+	if ttl, err := admin.TimeToLive(ctx, oldLease); err != nil || ttl.TTL <= 0 {
+		t.Fatalf("the crashed run's lease should still live: %v, %v", ttl, err)
+	}
+
+	a := start(t, shared.Client(t), "a", nil) // ready: the old lease is revoked
+	if ttl, err := admin.TimeToLive(ctx, oldLease); err != nil || ttl.TTL > 0 {
+		t.Fatalf("the crashed run's lease outlived the restart: %v, %v", ttl, err)
+	}
+	onLease(t, admin, etcdtest.Prefix(t), "a", a.Lease(), 1)
+	eventually(t, "b to forget the old run", func() bool {
+		_, owned := b.SessionOwner("gone")
+		return len(b.Members("g", "f")) == 0 && len(b.Routes("a")) == 0 && !owned
+	})
 }

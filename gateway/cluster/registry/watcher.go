@@ -125,11 +125,17 @@ func (r *Registry) watch(rev int64) error {
 				healthy = true
 				r.health.set(sourceWatch, nil)
 			}
-			if len(wr.Events) > 0 {
+			switch {
+			case len(wr.Events) > 0:
 				r.apply(wr)
-			} else if h := wr.Header.Revision; h > 0 {
+			case wr.IsProgressNotify():
+				// Every event up to the header's revision has been sent
+				// (the server reports progress only to a synced watch),
+				// so the copy is current to it. The created notice's
+				// header says no such thing: events from before the
+				// watch started may still be on their way.
 				r.mu.Lock()
-				r.copy.rev = max(r.copy.rev, h)
+				r.copy.rev = max(r.copy.rev, wr.Header.Revision)
 				r.mu.Unlock()
 			}
 		case <-tick.C:
@@ -137,7 +143,7 @@ func (r *Registry) watch(rev int64) error {
 			if silent >= r.opts.WatchTimeout {
 				return errWatchStalled
 			}
-			if silent >= 2*r.opts.WatchCheck && healthy {
+			if silent >= r.opts.WatchTimeout/2 && healthy {
 				// Not given up yet, but the copy may be going stale.
 				healthy = false
 				r.health.set(sourceWatch, errWatchStalled)
