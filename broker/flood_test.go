@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,7 +156,11 @@ func TestFloodSoak(t *testing.T) {
 			peak = max(peak, ms.Sys-ms.HeapReleased)
 			peakRSS = max(peakRSS, rssBytes(t))
 			if peak > memLimit {
-				t.Fatalf("the runtime holds %d MiB from the OS, over the %d MiB bound", peak>>20, memLimit>>20)
+				f, _ := os.Create(os.TempDir() + "/flood.heap")
+				pprof.WriteHeapProfile(f)
+				f.Close()
+				t.Fatalf("the runtime holds %d MiB from the OS, over the %d MiB bound (heap in use %d MiB, stacks %d MiB, goroutines %d)",
+					peak>>20, memLimit>>20, ms.HeapInuse>>20, ms.StackInuse>>20, runtime.NumGoroutine())
 			}
 		}
 	}

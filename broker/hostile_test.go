@@ -653,3 +653,39 @@ func TestConnectionLogs(t *testing.T) {
 		return sink.count("connection records suppressed") > 0
 	})
 }
+
+// TestBackpressureCeiling: a publisher that reconnects gets a fresh window
+// each time, so share-group backpressure alone would let a stuck member's
+// queue grow without bound; it stops at twice MaxQueuedMessages, and
+// further messages are refused (v5 0x97).
+func TestBackpressureCeiling(t *testing.T) {
+	const limit = 20
+	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedMessages: limit, ReceiveMaximum: 10})
+	windowSub(t, addr, "stuck", "$share/g/c/#", 1, 0)
+	refused := 0
+	for round := range 10 {
+		pub, _ := brokertest.Connect(t, addr, rawV5("pub", true))
+		for i := range 10 {
+			pub.Publish(&packet.Publish{Topic: []byte("c/x"), QoS: 1, PacketID: uint16(i + 1), Payload: []byte("x")})
+		}
+		// Collect what is answered; held acknowledgements never come.
+		for {
+			h, body, err := pub.Read(200 * time.Millisecond)
+			if err != nil {
+				break
+			}
+			var a packet.Ack
+			if h.Type == packet.PUBACK && a.Decode(packet.V5, h.Type, body) == nil && a.Reason == packet.QuotaExceeded {
+				refused++
+			}
+		}
+		pub.Conn.Close()
+		_ = round
+	}
+	if q := srv.Stats().Queued; q > 2*limit {
+		t.Fatalf("%d queued for a stuck member, want at most %d", q, 2*limit)
+	}
+	if refused == 0 {
+		t.Fatal("nothing refused past the ceiling")
+	}
+}

@@ -87,6 +87,8 @@ func (s *session) verdict(qos byte, dropOldest bool) share.Verdict {
 		return share.Take
 	case s.queue.len() == 0 && s.windowOpenLocked():
 		return share.Take
+	case !dropOldest && s.hardFullLocked():
+		return share.Skip
 	default:
 		return share.Full
 	}
@@ -144,11 +146,13 @@ func (s *session) deliver(m *Message, qos byte, retain bool, ids *subIDs, g *sha
 	res := deliverResult{ok: true, persisted: persisted}
 	switch {
 	case !s.queueFullLocked():
-	case g != nil && g.backpressure:
+	case g != nil && g.backpressure && !s.hardFullLocked():
 		// A group passes over full members while another has room; it
 		// picked this one because none has. The queue grows past its
 		// limit and the publisher's acknowledgement waits for it to
-		// drain, which bounds the queue by the publishers' windows.
+		// drain, which bounds the queue by the publishers' windows; a
+		// publisher that reconnects gets a new window, so the growth
+		// stops at hardFullLocked's ceiling whatever they do.
 		res.congested = s
 	case s.dropsOldest(g):
 		s.dropOldestLocked()
@@ -173,6 +177,15 @@ func (s *session) queueFullLocked() bool {
 	o := &s.srv.opts
 	return s.queue.len() >= o.MaxQueuedMessages ||
 		(o.MaxQueuedTotal > 0 && s.srv.queued.Load() >= int64(o.MaxQueuedTotal) && s.queue.len() > 0)
+}
+
+// hardFullLocked reports whether the session's queue is past what even a
+// share group's backpressure may grow it to: twice MaxQueuedMessages, or
+// the broker's MaxQueuedTotal, the bound on all queued memory.
+func (s *session) hardFullLocked() bool {
+	o := &s.srv.opts
+	return s.queue.len() >= 2*o.MaxQueuedMessages ||
+		(o.MaxQueuedTotal > 0 && s.srv.queued.Load() >= int64(o.MaxQueuedTotal))
 }
 
 // dropsOldest reports whether an overflow for group g (nil: an ordinary

@@ -437,7 +437,7 @@ func TestShareOverloadBackpressureHoldsAcks(t *testing.T) {
 	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedMessages: 10})
 	slow := windowSub(t, addr, "slow", "$share/g/load", 1, 0)
 	pub, _ := brokertest.Connect(t, addr, rawV5("pub", true))
-	const n = 30
+	const n = 20 // the most backpressure queues for one member: twice MaxQueuedMessages
 	for i := range n {
 		pub.Publish(&packet.Publish{Topic: []byte("load"), QoS: 1, PacketID: uint16(i + 1), Payload: []byte(fmt.Sprint(i))})
 	}
