@@ -82,7 +82,7 @@ func TestLatency1000Clients(t *testing.T) {
 		get(t, base+"/api/v1/status")
 		get(t, base+"/api/v1/groups")
 	}
-	fmt.Fprintf(&report, "%-34s %9s\n", "one page poll (status + groups)", (time.Since(start) / runs).Round(10*time.Microsecond))
+	fmt.Fprintf(&report, "%-34s %9s\n", "one page poll (status + groups)", (time.Since(start) / time.Duration(runs)).Round(10*time.Microsecond))
 	note := ""
 	if raceEnabled {
 		note = " (race detector on: several times slower than a normal build)"
