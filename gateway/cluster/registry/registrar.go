@@ -268,13 +268,43 @@ type item struct {
 	result func(tr *pb.TxnResponse, rev int64)
 }
 
-// commitItems commits items in transactions of at most MaxTxnOps ops, in
-// order. On error the items not committed are left as they were: dirty
-// keys are marked dirty again and session ops stay queued.
+// maxTxnBytes keeps a transaction under etcd's default request size limit
+// (1.5 MiB, --max-request-bytes) with room to spare: 128 members with
+// filters and client ids near MQTT's 64 KiB limits would exceed it.
+const maxTxnBytes = 1 << 20
+
+// opSize estimates an op's share of a request: its keys and values.
+func opSize(op clientv3.Op) int {
+	n := len(op.KeyBytes()) + len(op.ValueBytes()) + 16
+	if op.IsTxn() {
+		cmps, thens, elses := op.Txn()
+		for i := range cmps {
+			n += len(cmps[i].KeyBytes()) + 16
+		}
+		for _, o := range thens {
+			n += opSize(o)
+		}
+		for _, o := range elses {
+			n += opSize(o)
+		}
+	}
+	return n
+}
+
+// commitItems commits items in order, in transactions of at most
+// MaxTxnOps ops and maxTxnBytes. On error the items not committed are left
+// as they were: dirty keys are marked dirty again and session ops stay
+// queued.
 func (g *registrar) commitItems(items []item) error {
-	max := g.r.opts.MaxTxnOps
 	for len(items) > 0 {
-		n := min(len(items), max)
+		n, size := 0, 0
+		for n < len(items) && n < g.r.opts.MaxTxnOps {
+			size += opSize(items[n].op)
+			if n > 0 && size > maxTxnBytes {
+				break
+			}
+			n++
+		}
 		chunk := items[:n]
 		ops := make([]clientv3.Op, n)
 		for i := range chunk {

@@ -228,7 +228,9 @@ func (r *Registry) setReady(loaded, registered bool) {
 // Close stops the registry: queued writes fail with ErrClosed, the lease
 // is revoked (so every key of this node vanishes at once and peers see it
 // leave without waiting for the TTL), and every goroutine has ended when
-// it returns. It is safe to call more than once.
+// it returns. With etcd out of reach the revocation gives up after
+// RequestTimeout and the keys go when the lease expires. It is safe to
+// call more than once.
 func (r *Registry) Close() error {
 	r.closeOnce.Do(func() {
 		r.qmu.Lock()

@@ -439,3 +439,27 @@ func keysOf(t *testing.T, cli *clientv3.Client, prefix string) map[string]client
 	}
 	return out
 }
+
+// TestLongKeysSplitTransactions registers members whose filters are near
+// MQTT's 64 KiB limit: 30 of them exceed etcd's request size limit
+// together, so they must go in several transactions, and all arrive.
+func TestLongKeysSplitTransactions(t *testing.T) {
+	n1 := start(t, shared.Client(t), "n1", nil)
+	filter := strings.Repeat("x/", 30000) + "#"
+	before := n1.Stats()
+	ws := make([]*registry.Write, 30)
+	for i := range ws {
+		ws[i] = n1.AddMember("g", filter, fmt.Sprint(i), 1)
+	}
+	var rev int64
+	for _, w := range ws {
+		rev = max(rev, wait(t, w))
+	}
+	caughtUp(t, rev, n1)
+	if got := len(n1.Members("g", filter)); got != 30 {
+		t.Fatalf("%d members, want 30", got)
+	}
+	if st := n1.Stats(); st.Txns-before.Txns < 2 || st.TxnErrors != before.TxnErrors {
+		t.Fatalf("stats %+v: want several transactions and no errors", st)
+	}
+}

@@ -26,14 +26,16 @@ func (w *Write) complete(rev int64, err error) {
 // Done is closed when the write has completed.
 func (w *Write) Done() <-chan struct{} { return w.done }
 
-// Err is the write's outcome once Done is closed: nil when it is committed.
+// Err waits for the write to complete and returns its outcome: nil when it
+// is committed.
 func (w *Write) Err() error {
 	<-w.done
 	return w.err
 }
 
-// Revision is the etcd revision by which the write is committed (0 if it
-// failed). Every node whose copy has reached this revision sees it.
+// Revision waits for the write to complete and returns the etcd revision
+// by which it is committed (0 if it failed). Every node whose copy has
+// reached this revision sees it.
 func (w *Write) Revision() int64 {
 	<-w.done
 	return w.rev
