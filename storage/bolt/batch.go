@@ -1,6 +1,12 @@
 package bolt
 
-import "go.etcd.io/bbolt"
+import (
+	"bytes"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/linemq/linemq/broker"
+)
 
 // batch is the changes collected since the last commit, already collapsed:
 // it holds at most one pending change per key, the last one made. A
@@ -11,31 +17,61 @@ import "go.etcd.io/bbolt"
 //
 // Values are encoded when the change is made, not at commit: the broker
 // may change its records after the call returns.
+//
+// The reference counts of shared bodies are not changes of their own: the
+// commit derives them from the records it replaces and deletes (apply), so
+// whatever collapsed in the batch, the counts follow the records that
+// actually reach the disk.
 type batch struct {
 	clients  map[string]*clientBatch
 	retained map[string][]byte // topic -> message bytes; nil deletes
-	ops      int               // pending changes after collapsing (Stats.PendingOps)
+	// bodies holds the body of every shared message saved in this batch,
+	// for the commit to store if the file does not have it yet.
+	bodies map[uint64]body
+	// repair asks the commit to recount references and drop what nothing
+	// refers to (Load found the file inconsistent).
+	repair bool
+	ops    int // pending changes after collapsing (Stats.PendingOps)
+}
+
+// body is a shared message's encoded body.
+type body struct {
+	// msg is what b was encoded from. The broker hands every session the
+	// same *Message for one publish, so a save with the same pointer needs
+	// no second encoding; a different pointer under the same id (the id
+	// reused once the earlier message was gone) is encoded again.
+	msg *broker.Message
+	b   []byte
 }
 
 // clientBatch is one client id's pending changes. At commit, reset (from
-// DeleteSession) is applied first, then session, msgs and inbound.
+// DeleteSession) is applied first, then session, msgs, inbound and subs.
 type clientBatch struct {
-	reset   bool              // delete the session and its message and inbound buckets
+	reset   bool              // delete the session and its subscription, message and inbound buckets
 	session []byte            // encoded record to store; nil: no change
 	msgs    map[uint64][]byte // Seq -> encoded record; nil deletes
 	inbound map[uint16]bool   // packet id -> pending (store) or not (delete)
+	subs    map[string][]byte // filter -> encoded subscription; nil deletes
 }
 
 func newBatch() *batch {
-	return &batch{clients: make(map[string]*clientBatch), retained: make(map[string][]byte)}
+	return &batch{
+		clients:  make(map[string]*clientBatch),
+		retained: make(map[string][]byte),
+		bodies:   make(map[uint64]body),
+	}
 }
 
-func (b *batch) empty() bool { return len(b.clients) == 0 && len(b.retained) == 0 }
+func (b *batch) empty() bool {
+	return len(b.clients) == 0 && len(b.retained) == 0 && !b.repair
+}
 
 // clear empties b for reuse, keeping its maps' storage.
 func (b *batch) clear() {
 	clear(b.clients)
 	clear(b.retained)
+	clear(b.bodies)
+	b.repair = false
 	b.ops = 0
 }
 
@@ -65,7 +101,7 @@ func (b *batch) saveSession(id string, v []byte) int {
 
 func (b *batch) deleteSession(id string) int {
 	c := b.client(id)
-	replaced := len(c.msgs) + len(c.inbound)
+	replaced := len(c.msgs) + len(c.inbound) + len(c.subs)
 	if c.session != nil {
 		replaced++
 	}
@@ -77,6 +113,7 @@ func (b *batch) deleteSession(id string) int {
 	return replaced
 }
 
+// saveMessage records a message record (v nil: its deletion).
 func (b *batch) saveMessage(id string, seq uint64, v []byte) int {
 	c := b.client(id)
 	if c.msgs == nil {
@@ -89,6 +126,24 @@ func (b *batch) saveMessage(id string, seq uint64, v []byte) int {
 	}
 	b.ops++
 	return 0
+}
+
+// saveBody makes sure the batch holds the body of shared message id,
+// encoded from m: enc if the caller encoded it already, else now.
+func (b *batch) saveBody(id uint64, m *broker.Message, enc []byte) {
+	if cur, ok := b.bodies[id]; ok && cur.msg == m {
+		return
+	}
+	if enc == nil {
+		enc = m.AppendBinary(nil)
+	}
+	b.bodies[id] = body{msg: m, b: enc}
+}
+
+// hasBody reports whether the batch holds id's body encoded from m.
+func (b *batch) hasBody(id uint64, m *broker.Message) bool {
+	cur, ok := b.bodies[id]
+	return ok && cur.msg == m
 }
 
 func (b *batch) setInbound(id string, pid uint16, pending bool) int {
@@ -105,12 +160,37 @@ func (b *batch) setInbound(id string, pid uint16, pending bool) int {
 	return 0
 }
 
+// saveSubscription records a subscription (v nil: its deletion).
+func (b *batch) saveSubscription(id, filter string, v []byte) int {
+	c := b.client(id)
+	if c.subs == nil {
+		c.subs = make(map[string][]byte)
+	}
+	_, had := c.subs[filter]
+	c.subs[filter] = v
+	if had {
+		return 1
+	}
+	b.ops++
+	return 0
+}
+
 func (b *batch) saveRetained(topic string, v []byte) int {
 	_, had := b.retained[topic]
 	b.retained[topic] = v
 	if had {
 		return 1
 	}
+	b.ops++
+	return 0
+}
+
+// setRepair asks the commit to repair the reference counts.
+func (b *batch) setRepair() int {
+	if b.repair {
+		return 1
+	}
+	b.repair = true
 	b.ops++
 	return 0
 }
@@ -134,9 +214,19 @@ func (b *batch) absorb(newer *batch) int {
 		for pid, p := range n.inbound {
 			replaced += b.setInbound(id, pid, p)
 		}
+		for f, v := range n.subs {
+			replaced += b.saveSubscription(id, f, v)
+		}
 	}
 	for t, v := range newer.retained {
 		replaced += b.saveRetained(t, v)
+	}
+	// The newer body is the one the newer records were saved with.
+	for id, bd := range newer.bodies {
+		b.bodies[id] = bd
+	}
+	if newer.repair {
+		replaced += b.setRepair()
 	}
 	return replaced
 }
@@ -157,15 +247,30 @@ func (w *written) del(k []byte) {
 	w.changed = true
 }
 
+// appendFill is the fill factor for buckets whose keys only grow (Seq,
+// MessageID): bbolt splits a full page at FillPercent, and its default of
+// one half leaves every page of an append-only bucket half empty, twice
+// the pages to store and to write.
+const appendFill = 0.9
+
 // apply writes b into tx. Deletes of keys that are not on disk are skipped
 // without touching a page, so a batch whose changes all cancelled out
 // leaves w.changed false and the caller rolls back instead of committing:
 // no page, not even the meta page, is written.
+//
+// The records written change the references to shared bodies; apply counts
+// them (refs: message id -> net change) from what each record replaces on
+// disk, and applyRefs then stores the new counts, stores the bodies that
+// gained their first reference, and deletes those that lost their last.
+// All of it is one transaction: whatever the moment of a crash, the file
+// has either the records with their counts and bodies or neither.
 func (b *batch) apply(tx *bbolt.Tx, w *written) error {
 	sessions := tx.Bucket(bucketSessions.name)
+	subscriptions := tx.Bucket(bucketSubscriptions.name)
 	messages := tx.Bucket(bucketMessages.name)
 	inbound := tx.Bucket(bucketInbound.name)
 	retained := tx.Bucket(bucketRetained.name)
+	refs := make(map[uint64]int)
 	for id, c := range b.clients {
 		key := []byte(id)
 		if c.reset {
@@ -175,7 +280,16 @@ func (b *batch) apply(tx *bbolt.Tx, w *written) error {
 				}
 				w.del(key)
 			}
-			for _, parent := range []*bbolt.Bucket{messages, inbound} {
+			if mb := messages.Bucket(key); mb != nil {
+				// Every record goes: so do its references.
+				_ = mb.ForEach(func(_, v []byte) error {
+					if mid := recordMessageID(v); mid != 0 {
+						refs[mid]--
+					}
+					return nil
+				})
+			}
+			for _, parent := range []*bbolt.Bucket{messages, inbound, subscriptions} {
 				if parent.Bucket(key) != nil {
 					if err := parent.DeleteBucket(key); err != nil {
 						return err
@@ -190,10 +304,13 @@ func (b *batch) apply(tx *bbolt.Tx, w *written) error {
 			}
 			w.put(key, c.session)
 		}
-		if err := applyNested(messages, key, w, c.msgs, seqKey); err != nil {
+		if err := applyMessages(messages, key, w, c.msgs, refs); err != nil {
 			return err
 		}
 		if err := applyNested(inbound, key, w, inboundValues(c.inbound), pidKey); err != nil {
+			return err
+		}
+		if err := applyNested(subscriptions, key, w, c.subs, func(f string) []byte { return []byte(f) }); err != nil {
 			return err
 		}
 	}
@@ -213,6 +330,111 @@ func (b *batch) apply(tx *bbolt.Tx, w *written) error {
 			return err
 		}
 		w.put(key, v)
+	}
+	if err := applyRefs(tx, w, refs, b.bodies); err != nil {
+		return err
+	}
+	if b.repair {
+		return repair(tx, w)
+	}
+	return nil
+}
+
+// applyMessages applies a client's message record changes, counting in
+// refs the references each one adds (the new record's body) and drops (the
+// record it replaces or deletes).
+func applyMessages(parent *bbolt.Bucket, client []byte, w *written, changes map[uint64][]byte, refs map[uint64]int) error {
+	if len(changes) == 0 {
+		return nil
+	}
+	b := parent.Bucket(client)
+	if b != nil {
+		b.FillPercent = appendFill
+	}
+	for seq, v := range changes {
+		kb := seqKey(seq)
+		var old []byte
+		if b != nil {
+			old = b.Get(kb)
+		}
+		if mid := recordMessageID(old); mid != 0 {
+			refs[mid]--
+		}
+		if v == nil {
+			if old == nil {
+				continue // never stored: costs nothing
+			}
+			if err := b.Delete(kb); err != nil {
+				return err
+			}
+			w.del(kb)
+			continue
+		}
+		if mid := recordMessageID(v); mid != 0 {
+			refs[mid]++
+		}
+		if b == nil {
+			var err error
+			if b, err = parent.CreateBucket(client); err != nil {
+				return err
+			}
+			b.FillPercent = appendFill
+			w.put(client, nil)
+		}
+		if err := b.Put(kb, v); err != nil {
+			return err
+		}
+		w.put(kb, v)
+	}
+	return nil
+}
+
+// applyRefs stores the reference counts changed by refs, the bodies of
+// messages that gained references, and deletes the bodies of those left
+// with none.
+func applyRefs(tx *bbolt.Tx, w *written, refs map[uint64]int, bodies map[uint64]body) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	rb := tx.Bucket(bucketRefs.name)
+	bb := tx.Bucket(bucketBodies.name)
+	rb.FillPercent, bb.FillPercent = appendFill, appendFill
+	for id, delta := range refs {
+		k := idKey(id)
+		cur := decodeCount(rb.Get(k))
+		n := int64(cur) + int64(delta)
+		if n <= 0 {
+			// The last reference is gone (n < 0 only on a file whose counts
+			// were already wrong: Check reports those, Load repairs them).
+			for _, bk := range []*bbolt.Bucket{rb, bb} {
+				if bk.Get(k) != nil {
+					if err := bk.Delete(k); err != nil {
+						return err
+					}
+					w.del(k)
+				}
+			}
+			continue
+		}
+		if uint64(n) != cur {
+			v := encodeCount(uint64(n))
+			if err := rb.Put(k, v); err != nil {
+				return err
+			}
+			w.put(k, v)
+		}
+		// A body saved in this batch is stored unless the file has the same
+		// bytes: it is new (cur == 0), or the id was reused for another
+		// message once the first one's references were all gone. A count
+		// that only changed by deletes keeps the stored body.
+		if bd, ok := bodies[id]; ok {
+			if old := bb.Get(k); !bytes.Equal(old, bd.b) {
+				if err := bb.Put(k, bd.b); err != nil {
+					return err
+				}
+				w.put(k, bd.b)
+			}
+		}
 	}
 	return nil
 }

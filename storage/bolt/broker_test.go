@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -312,5 +313,49 @@ func TestWillsAtShutdown(t *testing.T) {
 	}
 	if got["will/connected"] != 1 || got["will/waiting"] != 1 || len(got) != 2 {
 		t.Fatalf("wills after restart: %v, want each of will/connected and will/waiting once", got)
+	}
+}
+
+// TestSubscriptionsAcrossRestart: the subscriptions of a persistent
+// session, each saved by its own SUBSCRIBE and removed by UNSUBSCRIBE,
+// route what is published after a restart, with their options. From
+// schema 3 on, SaveSession no longer stores subscriptions: this runs once
+// broker.Store has SaveSubscription, which the broker then calls.
+func TestSubscriptionsAcrossRestart(t *testing.T) {
+	if _, ok := reflect.TypeFor[broker.Store]().MethodByName("SaveSubscription"); !ok {
+		t.Skip("broker.Store has no SaveSubscription yet: the broker stores subscriptions through SaveSession, which bolt ignores from schema 3 on")
+	}
+	n := newNode(t, broker.Options{}, bolt.Options{})
+	sub, _ := brokertest.Connect(t, n.addr, v5("sub", true, 3600))
+	s := &packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("a/+"), QoS: 1}}}
+	s.Props.SubscriptionIDs = []uint32{5}
+	sub.Subscribe(s)
+	sub.Subscribe(&packet.Subscribe{PacketID: 2, Subs: []packet.Subscription{{Filter: []byte("b/#"), QoS: 1}}})
+	sub.Subscribe(&packet.Subscribe{PacketID: 3, Subs: []packet.Subscription{{Filter: []byte("c"), QoS: 1}}})
+	sub.Send((&packet.Unsubscribe{PacketID: 4, Filters: [][]byte{[]byte("b/#")}}).Append(nil, packet.V5))
+	sub.Expect(packet.UNSUBACK, nil)
+	sub.Conn.Close()
+	brokertest.Eventually(t, 5*time.Second, "sub offline", func() bool { return n.srv.Stats().ClientsConnected == 0 })
+
+	n.restart()
+
+	sub, ca := brokertest.Connect(t, n.addr, v5("sub", false, 3600))
+	if !ca.SessionPresent {
+		t.Fatal("session not restored")
+	}
+	pub, _ := brokertest.Connect(t, n.addr, v5("pub", true, 0))
+	for i, topic := range []string{"b/x", "a/1", "c"} {
+		pub.Publish(&packet.Publish{Topic: []byte(topic), QoS: 1, PacketID: uint16(i + 1), Payload: []byte(topic)})
+		pub.Expect(packet.PUBACK, nil)
+	}
+	var got packet.Publish
+	sub.Expect(packet.PUBLISH, &got)
+	if string(got.Topic) != "a/1" || len(got.Props.SubscriptionIDs) != 1 || got.Props.SubscriptionIDs[0] != 5 {
+		t.Fatalf("first delivery after restart: %q ids %v; want a/1 with subscription id 5 (b/# was unsubscribed)", got.Topic, got.Props.SubscriptionIDs)
+	}
+	sub.Send((&packet.Ack{Type: packet.PUBACK, PacketID: got.PacketID}).Append(nil, packet.V5))
+	sub.Expect(packet.PUBLISH, &got)
+	if string(got.Topic) != "c" {
+		t.Fatalf("second delivery after restart: %q", got.Topic)
 	}
 }

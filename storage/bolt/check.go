@@ -151,10 +151,12 @@ func touchAll(tx *bbolt.Tx) error {
 // Check reads the database file at path and reports what is wrong with it
 // as a *CheckError listing every problem: a truncated file, pages that
 // cannot be read, bbolt's own consistency check (tx.Check: every page
-// reachable once, freelist sound), a missing bucket, and every record
-// that does not decode. It opens the file read-only, so it fails with
-// ErrLocked while a linemq has it open: stop the broker, or check a copy.
-// It is "linemq db check".
+// reachable once, freelist sound), a missing bucket, every record that
+// does not decode or whose shared body is missing, reference counts that
+// disagree with the records, bodies nothing refers to, and subscriptions
+// of a client id without a session. It opens the file read-only, so it
+// fails with ErrLocked while a linemq has it open: stop the broker, or
+// check a copy. It is "linemq db check".
 func Check(path string) error {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -201,23 +203,29 @@ func checkRecords(path string, add func(string, ...any)) error {
 				add("schema version %d is newer than this linemq's (%d): records not checked", v, schemaVersion)
 				return nil
 			}
-			for _, b := range buckets {
-				if tx.Bucket(b.name) == nil {
-					add("bucket %q (%s) is missing", b.name, b.about)
+			if v == schemaVersion {
+				// An older file lacks the buckets Open's migration adds.
+				for _, b := range buckets {
+					if tx.Bucket(b.name) == nil {
+						add("bucket %q (%s) is missing", b.name, b.about)
+					}
 				}
 			}
-			if v < schemaVersion {
+			if v == 1 {
 				// Open migrates it. Only the retained messages differ.
 				checkRetainedV1(tx, add)
 			}
-			readSnapshot(tx, func(err error) bool {
+			_, counted := readSnapshot(tx, func(err error) bool {
 				var re *recordError
-				if v < schemaVersion && errors.As(err, &re) && re.bucket == bucketRetained {
+				if v == 1 && errors.As(err, &re) && re.bucket == bucketRetained {
 					return true // checked above, as schema 1
 				}
 				add("%v", err)
 				return true
 			})
+			for _, f := range faults(tx, counted) {
+				add("%s (Load and Compact repair this)", f)
+			}
 			return nil
 		})
 	})
@@ -228,11 +236,12 @@ func checkRecords(path string, add func(string, ...any)) error {
 }
 
 // Compact copies the database at src into a new file dst, leaving out the
-// free pages. bbolt reuses freed pages but never shrinks its file, so a
-// file that once held a long backlog stays that large; Compact is how to
-// get the space back: stop linemq, compact, move dst over src. dst must not
-// exist. src is opened read-only, so Compact fails with ErrLocked while a
-// linemq has it open.
+// free pages, and repairs the copy as Load would (reference counts, bodies
+// nothing refers to, orphaned subscriptions). bbolt reuses freed pages but
+// never shrinks its file, so a file that once held a long backlog stays
+// that large; Compact is how to get the space back: stop linemq, compact,
+// move dst over src. dst must not exist. src is opened read-only, so
+// Compact fails with ErrLocked while a linemq has it open.
 func Compact(src, dst string) error {
 	if _, err := os.Lstat(dst); err == nil {
 		return fmt.Errorf("storage: compact: %s already exists", dst)
@@ -255,6 +264,9 @@ func Compact(src, dst string) error {
 	}
 	err = protect(func() error { return bbolt.Compact(ddb, sdb, compactTxSize) })
 	if err == nil {
+		err = protect(func() error { return ddb.Update(repairCurrent) })
+	}
+	if err == nil {
 		err = ddb.Sync()
 	}
 	err = errors.Join(err, ddb.Close())
@@ -266,6 +278,16 @@ func Compact(src, dst string) error {
 		return fmt.Errorf("storage: compacting %s into %s: %w", src, dst, err)
 	}
 	return nil
+}
+
+// repairCurrent repairs a file at the current schema version (Compact's
+// copy): an older one is migrated, and repaired, by Open.
+func repairCurrent(tx *bbolt.Tx) error {
+	if v, err := readVersion(tx); err != nil || v != schemaVersion {
+		return err
+	}
+	var w written
+	return repair(tx, &w)
 }
 
 // compactTxSize bounds the memory Compact's transactions use.

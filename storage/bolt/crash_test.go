@@ -20,7 +20,8 @@ const crashChildEnv = "LINEMQ_BOLT_CRASH_CHILD"
 // TestKillDuringWrites kills (SIGKILL) a process in the middle of writing
 // and committing, several times over the same file. Every message whose
 // Sync returned before the kill must be there afterwards, and the file
-// must pass Check. (A process kill keeps what reached the kernel; a power
+// must pass Check, which recounts every shared body's references against
+// the records (no record without its body, no body leaked). (A process kill keeps what reached the kernel; a power
 // cut, which does not, is bbolt's own robustness suite's subject: with
 // fsync, bbolt's copy-on-write commit leaves the last committed state.)
 func TestKillDuringWrites(t *testing.T) {
@@ -83,6 +84,22 @@ func TestKillDuringWrites(t *testing.T) {
 				t.Fatalf("round %d: message %d has Seq %d", round, i, m.Seq)
 			}
 		}
+		// The fan-out's records went in the same commits in all three
+		// sessions, and share one body each (Check found every count right).
+		fan := snap.Messages["s1"]
+		if len(fan) == 0 || len(fan) > 10 {
+			t.Fatalf("round %d: %d fan-out records", round, len(fan))
+		}
+		for _, id := range []string{"s2", "s3"} {
+			if len(snap.Messages[id]) != len(fan) {
+				t.Fatalf("round %d: %s has %d fan-out records, s1 %d", round, id, len(snap.Messages[id]), len(fan))
+			}
+			for i, m := range snap.Messages[id] {
+				if m.Seq != fan[i].Seq || m.Message != fan[i].Message {
+					t.Fatalf("round %d: %s record %d (Seq %d) does not share s1's body", round, id, i, m.Seq)
+				}
+			}
+		}
 		t.Logf("round %d: %d acknowledged, %d stored", round, acked, len(ms))
 		acked = uint64(len(ms)) // the next child continues from what is stored
 	}
@@ -105,6 +122,15 @@ func crashChild(path string) {
 		for range 5 {
 			_ = s.SaveMessage("c", storetest.Message(next, 500))
 			_ = s.SaveRetained(broker.NewMessage("t/"+strconv.FormatUint(next%50, 10), []byte("x"), 0, true))
+			// A fan-out to three sessions, each acknowledging the one ten
+			// messages back: bodies saved and deleted with their counts.
+			m := broker.NewMessage("fan", make([]byte, 300), 1, false)
+			for _, id := range []string{"s1", "s2", "s3"} {
+				_ = s.SaveMessage(id, &broker.MessageRecord{Seq: next, MessageID: next + 1, Message: m, QoS: 1})
+				if next >= 10 {
+					_ = s.DeleteMessage(id, next-10)
+				}
+			}
 			next++
 		}
 		sess := storetest.Session("c")

@@ -10,7 +10,7 @@ import (
 // schemaVersion is the layout this code writes. Files at an older version
 // are migrated at Open (migrate.go); files at a newer one are refused,
 // because an older linemq cannot know what a newer one stored.
-const schemaVersion = 2
+const schemaVersion = 3
 
 // bucket is one top-level bucket of the schema. The schema is declared once,
 // as data, so that Open, Load, Check and the migrations agree on it
@@ -28,12 +28,31 @@ var (
 	// bucketMeta holds keySchemaVersion.
 	bucketMeta = &bucket{name: []byte("meta"), about: "schema metadata"}
 	// bucketSessions maps a client id to its encoded SessionRecord
-	// (codec.go); the record does not repeat the client id.
+	// (codec.go): the session's own fields, without its subscriptions; the
+	// record does not repeat the client id.
 	bucketSessions = &bucket{name: []byte("sessions"), about: "client id -> session record"}
+	// bucketSubscriptions holds, per client id, a bucket mapping each topic
+	// filter (as subscribed, $share prefix included) to its encoded options.
+	// One SUBSCRIBE writes one key, not the session's whole list, and
+	// bbolt's key order is the filter order Load returns.
+	bucketSubscriptions = &bucket{name: []byte("subscriptions"), perClient: true, about: "client id -> filter -> subscription"}
 	// bucketMessages holds, per client id, a bucket mapping the big-endian
 	// Seq to an encoded MessageRecord. Big-endian keys make bbolt's byte
-	// order the Seq order, so Load reads messages already sorted.
+	// order the Seq order, so Load reads messages already sorted. A record
+	// with a MessageID holds only the per-delivery fields and the id; its
+	// body is in bucketBodies. A record without one carries its body.
 	bucketMessages = &bucket{name: []byte("messages"), perClient: true, about: "client id -> seq -> message record"}
+	// bucketBodies maps a big-endian MessageID to the body of a message
+	// queued to one or more sessions, in the broker's own format: a
+	// message fanned out to 500 sessions is stored once.
+	bucketBodies = &bucket{name: []byte("bodies"), about: "message id -> message body"}
+	// bucketRefs maps a big-endian MessageID to the number of message
+	// records that refer to it (uvarint). It is kept apart from the body so
+	// that a delivery acknowledged rewrites a few bytes in a page shared
+	// with hundreds of other counts, never the body itself (which for a
+	// large message spans overflow pages). Every change to it is in the
+	// same transaction as the records that cause it.
+	bucketRefs = &bucket{name: []byte("refs"), about: "message id -> reference count"}
 	// bucketInbound holds, per client id, a bucket whose keys are the
 	// big-endian inbound QoS 2 packet ids not yet released.
 	bucketInbound = &bucket{name: []byte("inbound"), perClient: true, about: "client id -> packet id"}
@@ -43,7 +62,7 @@ var (
 )
 
 // buckets is every top-level bucket of schemaVersion.
-var buckets = []*bucket{bucketMeta, bucketSessions, bucketMessages, bucketInbound, bucketRetained}
+var buckets = []*bucket{bucketMeta, bucketSessions, bucketSubscriptions, bucketMessages, bucketBodies, bucketRefs, bucketInbound, bucketRetained}
 
 // keySchemaVersion in bucketMeta holds the schema version, 8 bytes big-endian.
 var keySchemaVersion = []byte("schema_version")
@@ -55,6 +74,9 @@ var inboundValue = []byte{1}
 
 // seqKey returns the key of a message record.
 func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq) }
+
+// idKey returns the key of a message body and of its reference count.
+func idKey(id uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), id) }
 
 // pidKey returns the key of an inbound packet id.
 func pidKey(pid uint16) []byte { return binary.BigEndian.AppendUint16(make([]byte, 0, 2), pid) }

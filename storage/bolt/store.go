@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -352,7 +354,11 @@ func (s *Store) change(f func(b *batch) int) error {
 	return nil
 }
 
-// SaveSession records a session, replacing what was stored for its client id.
+// SaveSession records a session's own fields (version, expiry, when it
+// disconnected, will), replacing what was stored for its client id. It
+// ignores r.Subscriptions: each subscription is a record of its own, written
+// by SaveSubscription, so that a SUBSCRIBE writes what it changed rather
+// than the session's whole list.
 func (s *Store) SaveSession(r *broker.SessionRecord) error {
 	if err := checkKey(r.ClientID); err != nil {
 		return err
@@ -364,7 +370,9 @@ func (s *Store) SaveSession(r *broker.SessionRecord) error {
 	return s.change(func(b *batch) int { return b.saveSession(r.ClientID, v) })
 }
 
-// DeleteSession forgets a session with its messages and inbound packet ids.
+// DeleteSession forgets a session with its subscriptions, messages and
+// inbound packet ids. The bodies of its shared messages go with their last
+// reference.
 func (s *Store) DeleteSession(clientID string) error {
 	if err := checkKey(clientID); err != nil {
 		return err
@@ -374,19 +382,50 @@ func (s *Store) DeleteSession(clientID string) error {
 
 // SaveMessage records a message of a session, replacing the one with the
 // same Seq.
+//
+// A record with a MessageID shares its body with every record of that id:
+// the body is stored once, with the count of records that refer to it, and
+// each record stores only its per-delivery fields and the id. Saving one
+// more record of a stored id writes that small record and the count. The
+// body written is m.Message's; the broker must give every live record of
+// an id the same message (it may reuse an id once no live record has it).
+// A record with MessageID 0 stores its body inline.
 func (s *Store) SaveMessage(clientID string, m *broker.MessageRecord) error {
 	if err := checkKey(clientID); err != nil {
 		return err
+	}
+	if m.Message == nil {
+		return errors.New("storage: message record has no message")
 	}
 	v, err := appendMessageRecord(nil, m)
 	if err != nil {
 		return err
 	}
-	return s.change(func(b *batch) int { return b.saveMessage(clientID, m.Seq, v) })
+	id, msg := m.MessageID, m.Message
+	if id == 0 {
+		return s.change(func(b *batch) int { return b.saveMessage(clientID, m.Seq, v) })
+	}
+	// Encode the body outside the lock, and only if the pending batch does
+	// not hold it yet: a publish fanned out to 500 sessions is encoded once
+	// per batch, not 500 times, and a large one does not hold up other
+	// writers. (If the batch is taken meanwhile, saveBody encodes it for
+	// the next one.)
+	s.mu.Lock()
+	known := s.pending.hasBody(id, msg)
+	s.mu.Unlock()
+	var enc []byte
+	if !known {
+		enc = msg.AppendBinary(nil)
+	}
+	return s.change(func(b *batch) int {
+		b.saveBody(id, msg, enc)
+		return b.saveMessage(clientID, m.Seq, v)
+	})
 }
 
-// DeleteMessage forgets a session's message. If the message was saved in
-// the same batch, neither reaches the disk.
+// DeleteMessage forgets a session's message, and the body of a shared
+// message with its last reference. If the message was saved in the same
+// batch, neither reaches the disk.
 func (s *Store) DeleteMessage(clientID string, seq uint64) error {
 	if err := checkKey(clientID); err != nil {
 		return err
@@ -400,6 +439,39 @@ func (s *Store) SetInbound(clientID string, packetID uint16, pending bool) error
 		return err
 	}
 	return s.change(func(b *batch) int { return b.setInbound(clientID, packetID, pending) })
+}
+
+// SaveSubscription records one subscription of a session, replacing the
+// one with the same filter. The session's record (SaveSession) should be
+// saved before, or in the same batch: Load returns subscriptions with their
+// session, and drops those of a client id without one (Check reports them
+// as orphaned).
+func (s *Store) SaveSubscription(clientID string, sub broker.SubscriptionRecord) error {
+	if err := checkKey(clientID); err != nil {
+		return err
+	}
+	if err := checkKey(sub.Filter); err != nil {
+		return err
+	}
+	if sub.QoS > 2 || sub.RetainHandling > 2 {
+		// It could not be read back: refuse it now rather than fail Load.
+		return fmt.Errorf("storage: subscription %q: QoS %d, Retain Handling %d", sub.Filter, sub.QoS, sub.RetainHandling)
+	}
+	v := appendSubscription(nil, &sub)
+	return s.change(func(b *batch) int { return b.saveSubscription(clientID, sub.Filter, v) })
+}
+
+// DeleteSubscription forgets a session's subscription to filter. If it was
+// saved in the same batch, neither reaches the disk; a filter never stored
+// costs nothing.
+func (s *Store) DeleteSubscription(clientID, filter string) error {
+	if err := checkKey(clientID); err != nil {
+		return err
+	}
+	if err := checkKey(filter); err != nil {
+		return err
+	}
+	return s.change(func(b *batch) int { return b.saveSubscription(clientID, filter, nil) })
 }
 
 // SaveRetained records m as its topic's retained message, or clears the
@@ -416,41 +488,71 @@ func (s *Store) SaveRetained(m *broker.Message) error {
 }
 
 // Load commits anything pending, whatever the mode, and returns everything
-// stored. Messages are in Seq order and inbound ids ascending. A record
-// that cannot be decoded fails Load with an *UnreadableError naming it;
+// stored. Messages are in Seq order, subscriptions in filter order and
+// inbound ids ascending. The records of one shared message all point to one
+// *broker.Message, decoded once. A record that cannot be decoded, or whose
+// shared body is missing, fails Load with an *UnreadableError naming it;
 // Check lists them all.
+//
+// If the file's reference counts disagree with its records, or it holds
+// bodies nothing refers to or the subscriptions of a client without a
+// session, Load logs it and repairs the file (integrity.go); the snapshot
+// is the same either way.
 func (s *Store) Load(ctx context.Context) (*broker.Snapshot, error) {
 	if err := s.flush(ctx); err != nil {
 		return nil, err
 	}
-	var snap *broker.Snapshot
+	var (
+		snap  *broker.Snapshot
+		found []string
+	)
 	err := protect(func() error {
 		return s.db.View(func(tx *bbolt.Tx) error {
 			var problems []error
-			snap = readSnapshot(tx, func(err error) bool {
+			var counted refCounts
+			snap, counted = readSnapshot(tx, func(err error) bool {
 				problems = append(problems, err)
 				return false // stop at the first
 			})
-			return errors.Join(problems...)
+			if len(problems) > 0 {
+				return errors.Join(problems...)
+			}
+			found = faults(tx, counted)
+			return nil
 		})
 	})
 	if err != nil {
 		return nil, &UnreadableError{Path: s.path, Err: err}
 	}
+	if len(found) > 0 {
+		s.log.Warn("storage: repairing inconsistent database", "path", s.path, "faults", len(found), "first", found[0])
+		if err := s.change(func(b *batch) int { return b.setRepair() }); err != nil {
+			return nil, err
+		}
+		// A failed repair stays in the pending batch and is retried with
+		// it; the snapshot does not depend on it.
+		if err := s.flush(ctx); err != nil {
+			s.log.Warn("storage: repair not committed yet", "path", s.path, "err", err)
+		}
+	}
 	return snap, nil
 }
 
-// readSnapshot reads every record in tx. A record that cannot be decoded is
-// reported to problem, which says whether to go on reading.
-func readSnapshot(tx *bbolt.Tx, problem func(error) bool) *broker.Snapshot {
+// readSnapshot reads every record in tx, and counts the references to each
+// shared body. A record that cannot be decoded is reported to problem,
+// which says whether to go on reading.
+func readSnapshot(tx *bbolt.Tx, problem func(error) bool) (*broker.Snapshot, refCounts) {
 	snap := &broker.Snapshot{
 		Messages: make(map[string][]*broker.MessageRecord),
 		Inbound:  make(map[string][]uint16),
 	}
+	counted := make(refCounts)
 	goOn := true
 	report := func(b *bucket, key string, err error) {
 		goOn = problem(&recordError{bucket: b, key: key, err: err}) && goOn
 	}
+	byID := make(map[string]*broker.SessionRecord)
+	var legacy []*broker.SessionRecord // schema 2 records, with their subscriptions inside
 	if sb := tx.Bucket(bucketSessions.name); sb != nil {
 		_ = sb.ForEach(func(k, v []byte) error {
 			if v == nil {
@@ -459,19 +561,58 @@ func readSnapshot(tx *bbolt.Tx, problem func(error) bool) *broker.Snapshot {
 				report(bucketSessions, quoteKey(k), err)
 			} else {
 				snap.Sessions = append(snap.Sessions, r)
+				byID[r.ClientID] = r
+				if len(r.Subscriptions) > 0 {
+					legacy = append(legacy, r)
+				}
 			}
 			return stopUnless(goOn)
 		})
 	}
+	forEachClient(tx, bucketSubscriptions, report, func(client string, k, v []byte) {
+		sub, err := decodeSubscription(string(k), v)
+		if err != nil {
+			report(bucketSubscriptions, quoteKey([]byte(client))+"/"+quoteKey(k), err)
+			return
+		}
+		// bbolt's key order is filter order. A client without a session
+		// is left out (faults reports it, repair deletes it).
+		if r := byID[client]; r != nil {
+			r.Subscriptions = append(r.Subscriptions, sub)
+		}
+	}, &goOn)
+	for _, r := range legacy {
+		r.Subscriptions = mergeSubscriptions(r.Subscriptions)
+	}
+	bodies := tx.Bucket(bucketBodies.name)
+	type shared struct {
+		m   *broker.Message
+		err error
+	}
+	decoded := make(map[uint64]shared)
 	forEachClient(tx, bucketMessages, report, func(client string, k, v []byte) {
+		key := func() string { return quoteKey([]byte(client)) + "/" + quoteKey(k) }
 		if len(k) != 8 {
-			report(bucketMessages, quoteKey([]byte(client))+"/"+quoteKey(k), errors.New("key is not a Seq"))
+			report(bucketMessages, key(), errors.New("key is not a Seq"))
 			return
 		}
 		r, err := decodeMessageRecord(beUint64(k), v)
 		if err != nil {
-			report(bucketMessages, quoteKey([]byte(client))+"/"+quoteKey(k), err)
+			report(bucketMessages, key(), err)
 			return
+		}
+		if id := r.MessageID; id != 0 {
+			counted[id]++
+			sh, ok := decoded[id]
+			if !ok {
+				sh.m, sh.err = decodeBody(bodies, id)
+				decoded[id] = sh
+			}
+			if sh.err != nil {
+				report(bucketMessages, key(), sh.err)
+				return
+			}
+			r.Message = sh.m // one *Message for every record of the id
 		}
 		snap.Messages[client] = append(snap.Messages[client], r) // bbolt's key order is Seq order
 	}, &goOn)
@@ -494,7 +635,39 @@ func readSnapshot(tx *bbolt.Tx, problem func(error) bool) *broker.Snapshot {
 			return stopUnless(goOn)
 		})
 	}
-	return snap
+	return snap, counted
+}
+
+// decodeBody reads and decodes the shared body of message id.
+func decodeBody(bodies *bbolt.Bucket, id uint64) (*broker.Message, error) {
+	var v []byte
+	if bodies != nil {
+		v = bodies.Get(idKey(id))
+	}
+	if v == nil {
+		return nil, fmt.Errorf("%w: the body of message %d is missing", ErrCorruptRecord, id)
+	}
+	m, err := broker.UnmarshalMessage(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the body of message %d: %w", ErrCorruptRecord, id, err)
+	}
+	return m, nil
+}
+
+// mergeSubscriptions sorts a schema 2 session's subscriptions (from its
+// record) together with any stored on their own (appended after them),
+// keeping the latter for a filter in both. Only Check reads such a file:
+// Open migrates it.
+func mergeSubscriptions(subs []broker.SubscriptionRecord) []broker.SubscriptionRecord {
+	slices.SortStableFunc(subs, func(a, b broker.SubscriptionRecord) int { return strings.Compare(a.Filter, b.Filter) })
+	out := subs[:0]
+	for i, sub := range subs {
+		if i+1 < len(subs) && subs[i+1].Filter == sub.Filter {
+			continue
+		}
+		out = append(out, sub)
+	}
+	return out
 }
 
 // decodeRetained decodes a retained message, checking it is stored under

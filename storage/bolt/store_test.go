@@ -38,12 +38,19 @@ func TestStoreSuite(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.String(), func(t *testing.T) {
 			t.Parallel()
-			storetest.Run(t, func(t *testing.T) broker.Store {
-				return openT(t, tempDB(t), &Options{Sync: m, BatchInterval: 2 * time.Millisecond})
+			opts := &Options{Sync: m, BatchInterval: 2 * time.Millisecond}
+			open := func(t *testing.T) broker.Store { return openT(t, tempDB(t), opts) }
+			storetest.Run(t, open)
+			storetest.RunRestart(t, open, func(t *testing.T, s broker.Store) broker.Store {
+				must(t, s.(*Store).Close())
+				return openT(t, s.(*Store).Path(), opts)
 			})
 		})
 	}
 }
+
+// The suite's optional interface for stores that keep subscriptions apart.
+var _ storetest.SubscriptionStore = (*Store)(nil)
 
 func TestParseSyncMode(t *testing.T) {
 	for _, m := range modes {
@@ -76,12 +83,22 @@ func TestRestart(t *testing.T) {
 			s := openT(t, path, opts)
 			sess := storetest.Session("a")
 			must(t, s.SaveSession(sess))
+			for _, sub := range sess.Subscriptions {
+				must(t, s.SaveSubscription("a", sub))
+			}
+			must(t, s.SaveSubscription("a", broker.SubscriptionRecord{Filter: "gone"}))
+			must(t, s.DeleteSubscription("a", "gone"))
 			saved := map[uint64]*broker.MessageRecord{}
 			for i := range uint64(20) {
 				saved[i] = storetest.Message(i, 300)
 				must(t, s.SaveMessage("a", saved[i]))
 			}
 			must(t, s.DeleteMessage("a", 3))
+			shared := broker.NewMessage("fan/out", []byte("once"), 2, false)
+			for i := range uint64(3) {
+				saved[100+i] = &broker.MessageRecord{Seq: 100 + i, MessageID: 77, Message: shared, QoS: 2}
+				must(t, s.SaveMessage("a", saved[100+i]))
+			}
 			must(t, s.SetInbound("a", 42, true))
 			ret := broker.NewMessage("status", []byte("up"), 1, true)
 			must(t, s.SaveRetained(ret))
@@ -107,8 +124,11 @@ func TestRestart(t *testing.T) {
 			if err := storetest.EqualSession(snap.Sessions[0], sess); err != nil {
 				t.Fatal(err)
 			}
-			if n := len(snap.Messages["a"]); n != 19 {
-				t.Fatalf("%d messages after restart, want 19", n)
+			if n := len(snap.Messages["a"]); n != 22 {
+				t.Fatalf("%d messages after restart, want 22", n)
+			}
+			if ms := snap.Messages["a"]; ms[19].Message != ms[21].Message {
+				t.Fatal("the records of a shared message do not share its *Message")
 			}
 			for _, m := range snap.Messages["a"] {
 				if err := storetest.EqualMessage(m, saved[m.Seq]); err != nil {
