@@ -55,6 +55,7 @@ import (
 	"time"
 
 	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/hw"
 	"github.com/linemq/linemq/storage/bolt"
 )
 
@@ -86,6 +87,13 @@ type Config struct {
 
 	// Storage configures how persistent state is written to DataDir.
 	Storage Storage `yaml:"storage"`
+
+	// Health configures the checks behind /readyz, the status LED and the
+	// watchdog feeding.
+	Health Health `yaml:"health"`
+
+	// HW says where the LEDs and the watchdogs are; see package hw.
+	HW hw.Config `yaml:"hw"`
 
 	// src records where each value came from (file and line, or a flag),
 	// for error messages. Nil for a Config built in code.
@@ -175,6 +183,27 @@ type MQTT struct {
 
 	// SharedSubscriptions allows $share filters. Nil means true.
 	SharedSubscriptions *bool `yaml:"shared_subscriptions"`
+
+	// Overload is what a full session queue does with a new QoS 1/2
+	// message: backpressure (the default: refuse it, v5 PUBACK 0x97, so
+	// nothing acknowledged is dropped) or drop_oldest. Share groups follow
+	// it unless shared_subscriptions.overload says otherwise.
+	Overload Overload `yaml:"overload"`
+
+	// SysInterval is how often the $SYS/broker/... topics are published.
+	// Default 10s; 0 turns them off.
+	SysInterval *Duration `yaml:"sys_interval"`
+}
+
+// Health configures the gateway's health checks.
+type Health struct {
+	// ProbeInterval is how often the broker's liveness probe and the
+	// storage check run. Default 5s.
+	ProbeInterval Duration `yaml:"probe_interval"`
+
+	// ProbeTimeout is how long a probe may take before the broker counts
+	// as wedged (failed: the watchdog stops being fed). Default 3s.
+	ProbeTimeout Duration `yaml:"probe_timeout"`
 }
 
 // HTTP configures the HTTP listener of the status page and API.
@@ -191,9 +220,10 @@ type SharedSubscriptions struct {
 	Strategy Strategy `yaml:"strategy"`
 
 	// Overload is what a group does when its workers cannot keep up:
-	// backpressure (the default: publishers' acknowledgements are held
-	// while a member's queue is full, so nothing acknowledged is dropped) or
-	// drop_oldest (the oldest queued message goes, counted).
+	// backpressure (publishers' acknowledgements are held while a member's
+	// queue is full, up to twice its limit, then new messages are refused
+	// with 0x97, so nothing acknowledged is dropped) or drop_oldest (the
+	// oldest queued message goes, counted). Default: mqtt.overload.
 	Overload Overload `yaml:"overload"`
 
 	// Groups are per-group policies. A group takes the first entry whose
@@ -257,6 +287,10 @@ const (
 	DefaultMQTTListen = ":1883"
 	DefaultHTTPListen = ":8080"
 	DefaultStrategy   = "round_robin"
+
+	DefaultSysInterval   = 10 * time.Second
+	DefaultProbeInterval = 5 * time.Second
+	DefaultProbeTimeout  = 3 * time.Second
 )
 
 // Default returns a Config with every field set to its default. Each call
@@ -288,9 +322,12 @@ func Default() *Config {
 			WildcardSubscriptions:   new(true),
 			SubscriptionIdentifiers: new(true),
 			SharedSubscriptions:     new(true),
+			Overload:                broker.OverloadBackpressure,
+			SysInterval:             new(Duration(DefaultSysInterval)),
 		},
 		HTTP:                HTTP{Listen: new(DefaultHTTPListen)},
-		SharedSubscriptions: SharedSubscriptions{Strategy: DefaultStrategy, Overload: broker.OverloadBackpressure},
+		SharedSubscriptions: SharedSubscriptions{Strategy: DefaultStrategy},
+		Health:              Health{ProbeInterval: Duration(DefaultProbeInterval), ProbeTimeout: Duration(DefaultProbeTimeout)},
 		Storage:             Storage{Sync: SyncMode(bolt.SyncBatch), BatchInterval: Duration(bolt.DefaultBatchInterval)},
 	}
 }
@@ -388,6 +425,7 @@ func (c *Config) BrokerOptions() broker.Options {
 		DisableWildcardSubs:  !*m.WildcardSubscriptions,
 		DisableSubIDs:        !*m.SubscriptionIdentifiers,
 		DisableSharedSubs:    !*m.SharedSubscriptions,
+		Overload:             string(m.Overload),
 		Shares: broker.ShareOptions{
 			Strategy: string(e.SharedSubscriptions.Strategy),
 			Overload: string(e.SharedSubscriptions.Overload),

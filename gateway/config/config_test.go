@@ -705,7 +705,8 @@ func TestDefaults(t *testing.T) {
 		PartialPacketTimeout: 30 * time.Second,
 		ConnectTimeout:       10 * time.Second,
 		WriteTimeout:         30 * time.Second,
-		Shares:               broker.ShareOptions{Strategy: "round_robin", Overload: "backpressure"},
+		Overload:             "backpressure",
+		Shares:               broker.ShareOptions{Strategy: "round_robin"},
 	}
 	for name, c := range map[string]*Config{"zero": {}, "Default": def} {
 		if got := c.BrokerOptions(); !reflect.DeepEqual(got, want) {
@@ -803,6 +804,7 @@ func TestValues(t *testing.T) {
 		DisableWildcardSubs:  true,
 		DisableSubIDs:        true,
 		DisableSharedSubs:    true,
+		Overload:             "backpressure",
 		Shares: broker.ShareOptions{
 			Strategy: "random",
 			Overload: "drop_oldest",
@@ -908,5 +910,31 @@ func TestSize(t *testing.T) {
 		if got, err := parseSize(in); err == nil {
 			t.Errorf("parseSize(%q) = %v, want an error", in, got)
 		}
+	}
+}
+
+// TestHWAndHealthKeys: the hw section's errors name their key under hw.
+// and the line, and the health and $SYS keys are checked like the others.
+func TestHWAndHealthKeys(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"hw:\n  leds:\n    status:\n      gpio: GPIO99\n", "x.yaml:4: hw.leds.status.gpio:"},
+		{"health:\n  probe_interval: 1s\n  probe_timeout: 2s\n", "x.yaml:3: health.probe_timeout: 2s is longer than health.probe_interval"},
+		{"mqtt:\n  sys_interval: 10ms\n", "x.yaml:2: mqtt.sys_interval:"},
+		{"mqtt:\n  overload: drop_newest\n", "x.yaml:2: mqtt.overload:"},
+	} {
+		c, err := Parse([]byte(tc.yaml), "x.yaml")
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+	c, err := Parse([]byte("mqtt:\n  sys_interval: 0\n  overload: drop_oldest\n"), "x.yaml")
+	if err != nil || c.Validate() != nil {
+		t.Fatalf("sys_interval 0 (off) refused: %v / %v", err, c.Validate())
+	}
+	if o := c.BrokerOptions(); o.Overload != broker.OverloadDropOldest || o.Shares.Overload != "" {
+		t.Errorf("overload %q, groups %q", o.Overload, o.Shares.Overload)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"unicode"
 
 	"github.com/linemq/linemq/broker/packet"
+	"github.com/linemq/linemq/hw"
 )
 
 // Limits of the MQTT protocol that Validate enforces.
@@ -68,7 +69,29 @@ func (c *Config) Validate() error {
 	limit(&v, "mqtt.connect_timeout", m.ConnectTimeout, dm.ConnectTimeout, bounds[Duration]{minTimeout, 0, false})
 	limit(&v, "mqtt.write_timeout", m.WriteTimeout, dm.WriteTimeout, bounds[Duration]{minTimeout, 0, false})
 
+	v.check("mqtt.overload", m.Overload.check())
+	if m.SysInterval != nil && *m.SysInterval != 0 {
+		// 0 turns $SYS off, as in Mosquitto.
+		limit(&v, "mqtt.sys_interval", *m.SysInterval, *dm.SysInterval, bounds[Duration]{Duration(time.Second), 0, false})
+	}
+
 	v.addr("http.listen", *e.HTTP.Listen)
+
+	h, dh := &c.Health, &d.Health
+	limit(&v, "health.probe_interval", h.ProbeInterval, dh.ProbeInterval, bounds[Duration]{Duration(100 * time.Millisecond), 0, false})
+	limit(&v, "health.probe_timeout", h.ProbeTimeout, dh.ProbeTimeout, bounds[Duration]{minTimeout, 0, false})
+	if eh := &e.Health; eh.ProbeTimeout > eh.ProbeInterval {
+		v.fail("health.probe_timeout", fmt.Errorf("%v is longer than health.probe_interval (%v)", eh.ProbeTimeout, eh.ProbeInterval))
+	}
+
+	for _, err := range unjoin(c.HW.Validate()) {
+		var he *hw.Error
+		if errors.As(err, &he) {
+			v.fail("hw."+he.Key, he.Err)
+		} else {
+			v.fail("hw", err)
+		}
+	}
 
 	s := &c.SharedSubscriptions
 	v.check("shared_subscriptions.strategy", s.Strategy.check())
@@ -239,4 +262,15 @@ func (v *validator) pattern(key, p string) {
 	if _, err := path.Match(p, ""); err != nil {
 		v.fail(key, fmt.Errorf("bad pattern %q: %w", p, err))
 	}
+}
+
+// unjoin returns the errors joined in err (errors.Join), or err alone.
+func unjoin(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
