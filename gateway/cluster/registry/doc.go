@@ -49,7 +49,9 @@
 //   - [Registry.Ready] closes once the first full copy is loaded and this
 //     node's key is committed.
 //   - Events are delivered once per change, in revision order, from one
-//     goroutine; a view called from OnEvent already reflects the change.
+//     goroutine; a view called from OnEvent already reflects the change,
+//     and [Registry.Revision] reaches a revision only once every event up
+//     to it has been delivered.
 //   - After a compaction or a lost watch the copy is re-read and only the
 //     difference is reported (Event.Resync); members whose keys were not
 //     recreated keep their place.
@@ -66,6 +68,11 @@
 //
 // A Write whose wait times out is not withdrawn: it still describes this
 // node, and the registrar commits it when it can.
+//
+// Node names must be unique: a node registering finds keys of its name
+// from another epoch, takes them for its own previous run's and revokes
+// their lease. Two live gateways sharing a name therefore keep unseating
+// each other; the registry logs a warning each time.
 //
 // Events and views include this node's own keys; the broker holds its own
 // members directly and uses the registry for the other nodes'.

@@ -209,6 +209,16 @@ func (g *registrar) syncAll() error {
 	if err != nil {
 		return fmt.Errorf("registry: read own keys: %w", err)
 	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+		var v nodeValue
+		if json.Unmarshal(kvs[0].Value, &v) == nil && v.Epoch != r.opts.Epoch {
+			// Normally this node's previous run, crashed less than a TTL
+			// ago. If that run is in fact alive, two gateways share one
+			// name and will keep revoking each other's leases: say so.
+			r.log.Warn("taking over the registration of an earlier run of this node; if that run is still alive, two gateways share the name",
+				"earlier-epoch", v.Epoch, "earlier-addr", v.Addr)
+		}
+	}
 	found := map[string]bool{}
 	for _, rr := range resp.Responses {
 		for _, kv := range rr.GetResponseRange().Kvs {

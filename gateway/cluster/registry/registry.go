@@ -120,6 +120,9 @@ type Registry struct {
 	lag    lagTracker
 	stats  counters
 	lease  atomic.Int64 // the current lease id, 0 while none
+	// delivered is the revision of the copy whose events have all been
+	// handed to OnEvent; the copy itself may be a response ahead.
+	delivered atomic.Int64
 
 	// Lifetime.
 	ctx       context.Context // cancelled by Close; ends every goroutine
@@ -282,12 +285,10 @@ func (r *Registry) Stats() Stats {
 // Views. Each reads the copy as of one revision and returns a copy of its
 // own: the caller may keep and change it.
 
-// Revision returns the etcd revision the copy reflects.
-func (r *Registry) Revision() int64 {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.copy.rev
-}
+// Revision returns the etcd revision the copy reflects, once every event
+// up to it has been handed to OnEvent: a node whose Revision has reached a
+// Write's Revision has seen the write and told the broker.
+func (r *Registry) Revision() int64 { return r.delivered.Load() }
 
 // Nodes returns the registered nodes, this one included, by name.
 func (r *Registry) Nodes() []Node {

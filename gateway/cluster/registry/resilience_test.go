@@ -184,8 +184,8 @@ func TestLeaseLostReregisters(t *testing.T) {
 	inState(t, a, registry.Healthy)
 
 	// b saw a leave (all at once) and come back.
-	evs := b.since(mark)
-	var left, joined []registry.Event
+	var evs, left, joined []registry.Event
+	eventually(t, "b's events", func() bool { evs = b.since(mark); return len(evs) >= 10 })
 	for _, e := range evs {
 		switch e.Kind {
 		case registry.NodeLeft, registry.MemberLeft, registry.RouteRemoved, registry.SessionReleased:
@@ -194,7 +194,7 @@ func TestLeaseLostReregisters(t *testing.T) {
 			joined = append(joined, e)
 		}
 	}
-	if len(left) != 5 || len(joined) != 5 {
+	if len(evs) != 10 || len(left) != 5 || len(joined) != 5 {
 		t.Fatalf("b saw %d removals and %d additions, want 5 and 5: %v", len(left), len(joined), describe(evs))
 	}
 	for _, e := range left {
@@ -335,4 +335,39 @@ func TestRestartedNodeClearsItsLeftovers(t *testing.T) {
 		_, owned := b.SessionOwner("gone")
 		return len(b.Members("g", "f")) == 0 && len(b.Routes("a")) == 0 && !owned
 	})
+}
+
+// TestCrashedNodeExpires crashes a node (its client goes, nothing is
+// revoked): once its lease's TTL passes, etcd deletes all its keys in one
+// revision and the other nodes see it leave.
+func TestCrashedNodeExpires(t *testing.T) {
+	b := start(t, shared.Client(t), "b", nil)
+	crashing, err := clientv3.New(clientv3.Config{Endpoints: []string{shared.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := start(t, crashing, "a", func(o *registry.Options) {
+		o.TTL = 2 * time.Second
+		o.RequestTimeout = 200 * time.Millisecond
+	})
+	wait(t, a.AddRoute("r"))
+	rev := wait(t, a.AddMember("g", "f", "a1", 1))
+	caughtUp(t, rev, b)
+	mark := b.mark()
+	crashed := time.Now()
+	crashing.Close()
+	a.Close() // cannot revoke: the keys stay until the TTL
+
+	eventually(t, "b to see a expire", func() bool { _, ok := b.NodeInfo("a"); return !ok })
+	t.Logf("a left b's copy %v after the crash (TTL 2s)", time.Since(crashed).Round(time.Millisecond))
+	var evs []registry.Event // the copy changes before the events are told
+	eventually(t, "b's events", func() bool { evs = b.since(mark); return len(evs) >= 3 })
+	if got := describe(evs); !slices.Equal(got, []string{"MemberLeft a:a1", "NodeLeft a:", "RouteRemoved a:r"}) {
+		t.Fatalf("events after a crashed: %v", got)
+	}
+	for _, e := range evs {
+		if e.Revision != evs[0].Revision {
+			t.Fatalf("a's keys expired in several revisions: %v", evs)
+		}
+	}
 }

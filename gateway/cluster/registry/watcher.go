@@ -86,6 +86,7 @@ func (r *Registry) load() (int64, error) {
 	events := r.copy.replace(resp.Kvs, rev, n > 1)
 	r.mu.Unlock()
 	r.emit(events)
+	r.delivered.Store(rev)
 	if n > 1 {
 		r.log.Info("registry re-read", "revision", rev, "changes", len(events))
 	}
@@ -136,7 +137,9 @@ func (r *Registry) watch(rev int64) error {
 				// watch started may still be on their way.
 				r.mu.Lock()
 				r.copy.rev = max(r.copy.rev, wr.Header.Revision)
+				rev := r.copy.rev
 				r.mu.Unlock()
+				r.delivered.Store(rev)
 			}
 		case <-tick.C:
 			silent := time.Since(heard)
@@ -180,11 +183,13 @@ func (r *Registry) apply(wr clientv3.WatchResponse) {
 		}
 	}
 	r.copy.rev = max(r.copy.rev, wr.Header.Revision)
+	rev := r.copy.rev
 	r.mu.Unlock()
 	for _, rev := range ownRevs {
 		r.lag.delivered(rev, now)
 	}
 	r.emit(events)
+	r.delivered.Store(rev)
 }
 
 // own reports whether an event is about a key this node wrote, for the lag.
