@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -396,7 +397,8 @@ func TestFanOutSize(t *testing.T) {
 	t.Logf("%d sessions x %d messages of %d B: inline %s; shared %s", sessions, msgs, size, inline, shared)
 	// Pages fall less than bytes: each publish still rewrites one leaf page
 	// per session, where its record goes.
-	if shared.written*10 > inline.written || shared.file*5 > inline.file || shared.pages*3 > inline.pages*2 {
+	if shared.written*10 > inline.written || shared.file*5 > inline.file || shared.pages*3 > inline.pages*2 ||
+		shared.heap*3 > inline.heap {
 		t.Fatalf("shared bodies do not save enough: inline %s, shared %s", inline, shared)
 	}
 }
@@ -406,11 +408,12 @@ type fanOutResult struct {
 	file, written, pages int64
 	commits              uint64
 	load                 time.Duration
+	heap                 int64 // what the loaded snapshot holds in memory
 }
 
 func (r fanOutResult) String() string {
-	return fmt.Sprintf("file %.1f MB, written %.1f MB (keys and values), %.1f MB (pages), %d commits, load %v",
-		float64(r.file)/1e6, float64(r.written)/1e6, float64(r.pages)/1e6, r.commits, r.load.Round(time.Millisecond))
+	return fmt.Sprintf("file %.1f MB, written %.1f MB (keys and values), %.1f MB (pages), %d commits, load %v holding %.1f MB",
+		float64(r.file)/1e6, float64(r.written)/1e6, float64(r.pages)/1e6, r.commits, r.load.Round(time.Millisecond), float64(r.heap)/1e6)
 }
 
 // fanOut queues msgs messages of size bytes to each of sessions offline
@@ -452,16 +455,23 @@ func fanOut(t testing.TB, sessions, msgs, size int, shared bool) fanOutResult {
 		file: fi.Size(), written: int64(st.BytesWritten - base.BytesWritten),
 		pages: int64(st.PageBytesWritten - base.PageBytesWritten), commits: st.Commits - base.Commits,
 	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
 	start := time.Now()
 	s, err = Open(path, nil)
 	must(t, err)
 	snap, err := s.Load(ctx)
 	must(t, err)
 	r.load = time.Since(start)
+	must(t, s.Close())
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	r.heap = int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	if len(snap.Messages) != sessions || len(snap.Messages[ids[0]]) != msgs {
 		t.Fatalf("loaded %d sessions' messages", len(snap.Messages))
 	}
-	must(t, s.Close())
+	runtime.KeepAlive(snap)
 	return r
 }
 
@@ -482,6 +492,7 @@ func BenchmarkFanOutBacklog(b *testing.B) {
 				b.ReportMetric(float64(r.written)/1e6, "written-MB")
 				b.ReportMetric(float64(r.pages)/1e6, "page-MB")
 				b.ReportMetric(r.load.Seconds(), "load-s")
+				b.ReportMetric(float64(r.heap)/1e6, "loaded-MB")
 				b.Logf("%s: %s", name, r)
 			}
 		})
