@@ -12,13 +12,31 @@
 //	}
 //	defer st.Close()
 //
-// The file holds persistent sessions (subscriptions, will), the QoS 1 and 2
-// messages queued or in flight to them, their unreleased inbound QoS 2
-// packet ids, and retained messages; schema.go lists the buckets. Messages
-// are stored as the broker's own bytes (broker.Message.AppendBinary);
-// session and message records in a compact versioned binary form (codec.go).
-// The layout has a schema version; Open migrates older files in one
-// transaction and refuses newer ones (migrate.go).
+// The file holds persistent sessions (their own fields and will), their
+// subscriptions, the QoS 1 and 2 messages queued or in flight to them,
+// their unreleased inbound QoS 2 packet ids, and retained messages;
+// schema.go lists the buckets. Messages are stored as the broker's own
+// bytes (broker.Message.AppendBinary); records in a compact versioned
+// binary form (codec.go). The layout has a schema version; Open migrates
+// older files in one transaction and refuses newer ones (migrate.go).
+//
+// # Shared bodies and subscriptions
+//
+// A message fanned out to many sessions is stored once. Its records (one
+// per session: Seq, packet id, flags, share group, subscription ids) name
+// the body by broker.MessageRecord.MessageID; the body is kept under that
+// id with a count of the records that refer to it, and goes with the last
+// of them. The counts are derived at commit from the records written and
+// deleted, in the same transaction, so group commit's cancelling applies to
+// shared records as to any other, and no crash can leave a record without
+// its body (integrity.go). Load decodes each body once: the records of one
+// id share one *broker.Message. A record with MessageID 0 carries its body.
+//
+// Each subscription is a record of its own under its filter, written by
+// SaveSubscription and DeleteSubscription: a SUBSCRIBE writes what it
+// changed, whatever the number of subscriptions the session has.
+// SaveSession stores the session's own fields and ignores
+// SessionRecord.Subscriptions.
 //
 // # Durability model
 //
@@ -73,6 +91,14 @@
 // costs nothing. Stats reports BytesWritten (keys and values) and
 // PageBytesWritten (pages) for a wear metric.
 //
+// A fan-out costs one small record per session plus one body:
+// BenchmarkFanOutBacklog (500 offline sessions, 1,000 messages of 1 KiB,
+// one commit per publish) writes 8.5 MB of keys and values into a 34 MB
+// file, where bodies inline wrote 534 MB into 1.05 GB. Pages fall less
+// (7.6 GB to 4.5 GB): each commit still rewrites the leaf, and its
+// bucket's root, of every session it queues to. Commits that carry several
+// publishes share those pages.
+//
 // bbolt's NoFreelistSync would save the freelist page, a quarter of a
 // small commit. It is not used: bbolt then rebuilds the freelist at every
 // Open by walking the file in a goroutine of its own, and on a corrupt
@@ -119,5 +145,10 @@
 //     when made (ErrEmptyKey, ErrKeyTooLarge): in a batch they would fail
 //     every commit.
 //   - Records returned by Load are the caller's: they share nothing with
-//     the file or the Store.
+//     the file or the Store. The records of one MessageID share their
+//     *broker.Message, which the broker treats as immutable anyway.
+//   - Load may write: it repairs reference counts that disagree with the
+//     records, bodies nothing refers to and the subscriptions of a client
+//     without a session (none of which a commit leaves; a bug or an edited
+//     file might), and logs that it did.
 package bolt
