@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"runtime"
 	"slices"
@@ -168,7 +169,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	out := statusJSON{
 		Node: nodeJSON{
 			ID: s.opts.NodeID, Version: s.opts.Version, GoVersion: runtime.Version(),
-			Started: s.opts.Started, UptimeSeconds: now.Sub(s.opts.Started).Seconds(),
+			Started: s.opts.Started, UptimeSeconds: round3(now.Sub(s.opts.Started).Seconds()),
 			Listeners: []Listener{},
 		},
 		Health: s.healthJSON(),
@@ -188,13 +189,10 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	ss := &s.sampled
 	out.Rates = ratesJSON{
 		IntervalSeconds: s.opts.SampleInterval.Seconds(),
-		MessagesIn:      ss.rateIn, MessagesOut: ss.rateOut, BytesIn: ss.rateBytesIn,
-		History: historyJSON{MessagesIn: slices.Clone(ss.histIn), MessagesOut: slices.Clone(ss.histOut)},
+		MessagesIn:      round2(ss.rateIn), MessagesOut: round2(ss.rateOut), BytesIn: round2(ss.rateBytesIn),
+		History: historyJSON{MessagesIn: roundAll2(ss.histIn), MessagesOut: roundAll2(ss.histOut)},
 	}
 	s.mu.Unlock()
-	if out.Rates.History.MessagesIn == nil {
-		out.Rates.History = historyJSON{MessagesIn: []float64{}, MessagesOut: []float64{}}
-	}
 	out.Storage = mustJSON(s.storageJSON(st))
 	out.Cluster = mustJSON(panelJSON(s.opts.Cluster, "standalone node: no cluster configured"))
 	out.HW = mustJSON(panelJSON(s.opts.Hardware, "no hardware configured (status LEDs, watchdog)"))
@@ -274,6 +272,20 @@ func panelJSON(f func() any, reason string) any {
 	return json.RawMessage(append([]byte(`{"configured":true,`), b[1:]...))
 }
 
+// Rates and ages are rounded for people reading curl output; the
+// precision kept is more than any panel or alert needs.
+func round2(v float64) float64 { return math.Round(v*100) / 100 }
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+func round4(v float64) float64 { return math.Round(v*10000) / 10000 }
+
+func roundAll2(v []float64) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = round2(x)
+	}
+	return out
+}
+
 func mustJSON(v any) json.RawMessage {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -346,7 +358,7 @@ func (s *Server) clientJSON(cs broker.ClientStats) clientJSON {
 		ClientID: cs.ClientID, Connected: cs.Connected, Username: cs.Username, Address: cs.RemoteAddr,
 		Protocol: protocolName(cs.Version), KeepAliveSeconds: cs.KeepAlive.Seconds(),
 		SessionExpirySeconds: cs.ExpiryInterval, Subscriptions: cs.Subscriptions, InFlight: cs.InFlight,
-		ReceiveMaximum: cs.ReceiveMaximum, Queued: cs.Queued, OldestQueuedSeconds: cs.OldestQueued.Seconds(),
+		ReceiveMaximum: cs.ReceiveMaximum, Queued: cs.Queued, OldestQueuedSeconds: round3(cs.OldestQueued.Seconds()),
 		PendingBytes: cs.PendingBytes, Dropped: cs.Dropped, Disconnects: cs.Disconnects, Redeliveries: cs.Redeliveries,
 	}
 	if cs.Connected && s.opts.Tracker != nil {
@@ -482,19 +494,19 @@ func groupJSONOf(v *groupView) groupJSON {
 		Reasons: append([]string{}, v.Reasons...), MemberCount: v.GroupStats.Members,
 		MinMembers: v.MinMembers, MaxMembers: v.MaxMembers, MessagesIn: v.In, Delivered: v.Delivered,
 		Acknowledged: v.Acked, Redispatched: v.Redispatched, Dropped: v.Dropped, Discarded: v.Discarded,
-		Queued: v.Queued, InFlight: v.InFlight, OldestQueuedSeconds: v.OldestQueued.Seconds(),
-		RateIn: v.RateIn, RateDelivered: v.RateDelivered, Members: make([]memberJSON, 0, len(v.Members)),
+		Queued: v.Queued, InFlight: v.InFlight, OldestQueuedSeconds: round3(v.OldestQueued.Seconds()),
+		RateIn: round2(v.RateIn), RateDelivered: round2(v.RateDelivered), Members: make([]memberJSON, 0, len(v.Members)),
 	}
 	for _, m := range v.Members {
 		mj := memberJSON{
 			ClientID: m.ClientID, Node: m.Node, Connected: m.Connected, State: stateName(len(m.Reasons) > 0),
 			Reasons: append([]string{}, m.Reasons...), InFlight: m.InFlight, SessionInFlight: m.SessionInFlight,
-			ReceiveMaximum: m.ReceiveMaximum, WindowFullSeconds: m.WindowFull.Seconds(), Queued: m.Queued,
-			OldestQueuedSeconds: m.OldestQueued.Seconds(), Delivered: m.Delivered, DeliveredRate: m.DeliveredRate,
+			ReceiveMaximum: m.ReceiveMaximum, WindowFullSeconds: round3(m.WindowFull.Seconds()), Queued: m.Queued,
+			OldestQueuedSeconds: round3(m.OldestQueued.Seconds()), Delivered: m.Delivered, DeliveredRate: round2(m.DeliveredRate),
 			Redeliveries: m.Redeliveries, Disconnects: m.Disconnects,
 		}
 		if m.HasShare {
-			sh, ex := m.Share, m.ExpectedShare
+			sh, ex := round4(m.Share), round4(m.ExpectedShare)
 			mj.Share, mj.ExpectedShare = &sh, &ex
 		}
 		g.Members = append(g.Members, mj)

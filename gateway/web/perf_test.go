@@ -94,8 +94,9 @@ func TestLatency1000Clients(t *testing.T) {
 // (linemq-bench's engine: 8 publishers, a share group of 4, QoS 1, 300 B)
 // with no web server, with the web server's sampler and $SYS running, and
 // with that plus a browser's polling (status and groups each second,
-// clients every three seconds). Runs alternate, three of each; medians are
-// logged. Run it with -throughput.
+// clients every three seconds). Runs alternate, five of each; the median
+// and the best of each are logged (on a shared machine the best is the
+// figure least disturbed by others). Run it with -throughput.
 func TestThroughputWithPageOpen(t *testing.T) {
 	if !*throughput {
 		t.Skip("run with -throughput")
@@ -105,7 +106,7 @@ func TestThroughputWithPageOpen(t *testing.T) {
 
 	measure := func(label string) float64 {
 		res, err := bench.Run(context.Background(), bench.Config{
-			Broker: addr, Scenario: bench.FanIn, QoS: 1, Duration: 5 * time.Second, Drain: 5 * time.Second, Label: label,
+			Broker: addr, Scenario: bench.FanIn, QoS: 1, Duration: 3 * time.Second, Drain: 3 * time.Second, Label: label,
 		})
 		if err != nil {
 			t.Fatalf("%s: %v", label, err)
@@ -148,7 +149,7 @@ func TestThroughputWithPageOpen(t *testing.T) {
 
 	rates := map[string][]float64{}
 	started := false
-	for range 3 {
+	for range 5 {
 		rates["no web server"] = append(rates["no web server"], measure("off"))
 		if !started {
 			s.Start()
@@ -168,12 +169,13 @@ func TestThroughputWithPageOpen(t *testing.T) {
 	}
 	var report strings.Builder
 	keys := []string{"no web server", "sampler and $SYS", "page open"}
-	base0 := median(rates[keys[0]])
+	med0, best0 := median(rates[keys[0]]), slices.Max(rates[keys[0]])
 	for _, k := range keys {
-		m := median(rates[k])
-		fmt.Fprintf(&report, "\n%-18s median %8.0f msg/s (%+.1f%%)  runs %v", k, m, 100*(m-base0)/base0, roundAll(rates[k]))
+		m, b := median(rates[k]), slices.Max(rates[k])
+		fmt.Fprintf(&report, "\n%-18s median %8.0f msg/s (%+5.1f%%)  best %8.0f msg/s (%+5.1f%%)  runs %v",
+			k, m, 100*(m-med0)/med0, b, 100*(b-best0)/best0, roundAll(rates[k]))
 	}
-	t.Logf("fan-in, 8 publishers -> share group of 4, QoS 1, 300 B, 5 s runs:%s", report.String())
+	t.Logf("fan-in, 8 publishers -> share group of 4, QoS 1, 300 B, 3 s runs:%s", report.String())
 }
 
 func median(v []float64) float64 {
