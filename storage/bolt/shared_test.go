@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	berrors "go.etcd.io/bbolt/errors"
-
 	"go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/storage/storetest"
