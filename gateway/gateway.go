@@ -28,14 +28,20 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/gateway/config"
+	"github.com/linemq/linemq/gateway/health"
+	"github.com/linemq/linemq/gateway/web"
+	"github.com/linemq/linemq/hw"
+	"github.com/linemq/linemq/hw/led"
 	"github.com/linemq/linemq/storage/bolt"
 )
 
@@ -55,18 +61,32 @@ type Options struct {
 	// Logger receives the gateway's and the broker's logs; nil discards
 	// them.
 	Logger *slog.Logger
+	// Version is the release, shown on the status page and in $SYS.
+	Version string
+	// HW overrides how the hardware is opened (a simulated board, a fake
+	// environment), for tests; the zero value is the real machine.
+	HW hw.Options
 }
 
 // Gateway is a running gateway, made by Start. Its methods may be called
 // concurrently.
 type Gateway struct {
-	cfg   *config.Config // with defaults filled in
-	log   *slog.Logger
-	srv   *broker.Server
-	store *bolt.Store
-	mqtt  net.Listener // nil when disabled
+	cfg     *config.Config // with defaults filled in
+	log     *slog.Logger
+	srv     *broker.Server
+	store   *bolt.Store
+	health  *health.Registry
+	hw      *hw.Hardware
+	web     *web.Server  // nil when http.listen is empty
+	mqtt    net.Listener // nil when disabled
+	http    net.Listener // nil when disabled
+	started time.Time
 
 	serving sync.WaitGroup // one per Serve goroutine
+	ready   chan struct{}  // closed once the gateway serves MQTT
+
+	hwStop chan struct{}  // closed to stop driving the LEDs
+	hwDone sync.WaitGroup // the goroutines driving them
 
 	trimStop chan struct{} // closed to stop trimMemory
 	trimDone chan struct{} // closed when trimMemory has returned
@@ -111,25 +131,44 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	tracker := web.NewTracker(nil)
 	bo := cfg.BrokerOptions()
 	bo.Logger = log.With("component", "broker")
 	bo.Store = store
+	bo.Events = tracker
 	srv, err := broker.New(bo)
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: log, srv: srv, store: store, stopped: make(chan struct{}), trimStop: make(chan struct{})}
+	g := &Gateway{
+		cfg: cfg, log: log, srv: srv, store: store, started: time.Now(),
+		health:  health.New(health.Options{Logger: log.With("component", "health")}),
+		ready:   make(chan struct{}),
+		stopped: make(chan struct{}), trimStop: make(chan struct{}), hwStop: make(chan struct{}),
+	}
 	defer func() {
 		if err != nil {
-			// Unwind: nothing has been served yet, so closing the
-			// listeners, the broker and the store is all there is to undo.
+			// Unwind: nothing has been served yet, so closing what was
+			// opened is all there is to undo.
 			g.closeListeners()
+			if g.web != nil {
+				g.web.Shutdown(context.Background())
+			}
+			close(g.hwStop)
+			g.hwDone.Wait()
+			if g.hw != nil {
+				g.hw.Close()
+			}
+			g.health.Close()
 			srv.Close()
 			store.Close()
 		}
 	}()
 
+	if g.hw, err = hw.Open(cfg.HW, g.hwOptions(opts.HW)); err != nil {
+		return nil, fmt.Errorf("gateway: hw.%w", err)
+	}
 	if addr := *cfg.MQTT.Listen; addr != "" {
 		var lc net.ListenConfig
 		if g.mqtt, err = lc.Listen(ctx, "tcp", addr); err != nil {
@@ -138,22 +177,215 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	} else {
 		log.Warn("MQTT listener disabled (mqtt.listen is empty)")
 	}
-	if *cfg.HTTP.Listen != "" {
-		// Accepted so that configurations written for the status page
-		// already work; nothing listens until it exists.
-		log.Debug("http listener not implemented yet; http.listen ignored", "addr", *cfg.HTTP.Listen)
+	if addr := *cfg.HTTP.Listen; addr != "" {
+		var lc net.ListenConfig
+		if g.http, err = lc.Listen(ctx, "tcp", addr); err != nil {
+			return nil, fmt.Errorf("gateway: http listener: %w", err)
+		}
+		if g.web, err = g.newWeb(tracker, opts.Version); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("gateway: start: %w", err)
 	}
+	if err = g.startHealth(); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 
 	if g.mqtt != nil {
 		g.serve("mqtt", g.mqtt)
+		g.health.Set("listener.mqtt", health.OK, "accepting on "+g.mqtt.Addr().String())
+	}
+	if g.web != nil {
+		g.web.Start()
+		g.serveHTTP()
 	}
 	g.trimDone = make(chan struct{})
 	go g.trimMemory()
+	g.driveLEDs()
+
+	// Ready: the store is restored (broker.New did it) and the listeners
+	// accept. A cluster will add its registry here, before the gate opens.
+	if g.web != nil {
+		g.web.SetReady(true)
+	}
+	if err := g.hw.Watchdog.Ready(); err != nil {
+		log.Warn("telling systemd the gateway is ready failed", "err", err)
+	}
+	close(g.ready)
 	log.Info("gateway started", "node_id", cfg.NodeID, "data_dir", dataDir)
 	return g, nil
+}
+
+// Ready returns a channel that is closed once the gateway serves: its
+// storage is restored and its listeners accept. Start returns only after
+// that today; the channel is what a caller should wait on, because a
+// clustered gateway will become ready later than it starts.
+func (g *Gateway) Ready() <-chan struct{} { return g.ready }
+
+// Health returns the gateway's health registry.
+func (g *Gateway) Health() *health.Registry { return g.health }
+
+// Hardware returns the LEDs and watchdogs the gateway drives.
+func (g *Gateway) Hardware() *hw.Hardware { return g.hw }
+
+// HTTPAddr returns the address the status page listens on, or nil when it
+// is disabled.
+func (g *Gateway) HTTPAddr() net.Addr {
+	if g.http == nil {
+		return nil
+	}
+	return g.http.Addr()
+}
+
+// startHealth registers the gateway's health checks: the broker's liveness
+// probe, the storage's commits, and share groups below their minimum.
+func (g *Gateway) startHealth() error {
+	every, within := time.Duration(g.cfg.Health.ProbeInterval), time.Duration(g.cfg.Health.ProbeTimeout)
+	return errors.Join(
+		g.health.Poll("broker", every, within, g.srv.Probe),
+		g.health.Poll("storage", every, within, func(ctx context.Context) error {
+			if st := g.store.Stats(); st.Failing {
+				return fmt.Errorf("commits failing: %v", st.LastCommitError)
+			}
+			// A disk that hangs (a dying SD card) shows here as no answer.
+			return g.store.Sync(ctx)
+		}),
+		g.health.Poll("share_groups", every, within, func(context.Context) error {
+			var below []string
+			for _, gs := range g.srv.ShareGroups() {
+				if gs.Degraded {
+					below = append(below, fmt.Sprintf("%s (%d of %d members)", gs.Name, gs.Members, gs.MinMembers))
+				}
+			}
+			if len(below) > 0 {
+				return health.Degrade(fmt.Errorf("below min_members: %s", strings.Join(below, ", ")))
+			}
+			return nil
+		}),
+	)
+}
+
+// hwOptions completes the hardware options: the health registry is the
+// watchdog's gate, so it is fed only while every check passes.
+func (g *Gateway) hwOptions(o hw.Options) hw.Options {
+	o.Gate = g.health
+	if o.Logger == nil {
+		o.Logger = g.log.With("component", "hw")
+	}
+	return o
+}
+
+// driveLEDs shows the overall health on the status LED and the message
+// rate on the traffic LED. The cluster LED stays off: standalone.
+func (g *Gateway) driveLEDs() {
+	h := g.hw
+	h.Cluster.Set(led.Off)
+	changes, unsubscribe := g.health.Subscribe(16)
+	show := func(s health.State) {
+		switch s {
+		case health.OK:
+			h.Status.Set(led.Heartbeat)
+		case health.Degraded:
+			h.Status.Set(led.SlowBlink)
+		default:
+			h.Status.Set(led.FastBlink)
+		}
+	}
+	show(g.health.Overall())
+	g.hwDone.Add(1)
+	go func() {
+		defer g.hwDone.Done()
+		defer unsubscribe()
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		last := g.srv.Stats().MessagesIn
+		for {
+			select {
+			case <-g.hwStop:
+				return
+			case c := <-changes:
+				show(c.Overall)
+			case <-t.C:
+				in := g.srv.Stats().MessagesIn
+				h.Traffic.Count(in - last)
+				last = in
+			}
+		}
+	}()
+}
+
+// newWeb makes the status page server.
+func (g *Gateway) newWeb(tracker *web.Tracker, version string) (*web.Server, error) {
+	sys := time.Duration(0)
+	if g.cfg.MQTT.SysInterval != nil {
+		sys = time.Duration(*g.cfg.MQTT.SysInterval)
+	}
+	return web.New(web.Options{
+		Broker:  g.srv,
+		Health:  g.health,
+		Tracker: tracker,
+		NodeID:  g.cfg.NodeID,
+		Version: version,
+		Started: g.started,
+		Listeners: func() []web.Listener {
+			var ls []web.Listener
+			if g.mqtt != nil {
+				ls = append(ls, web.Listener{Proto: "mqtt", Addr: g.mqtt.Addr().String()})
+			}
+			if g.http != nil {
+				ls = append(ls, web.Listener{Proto: "http", Addr: g.http.Addr().String()})
+			}
+			return ls
+		},
+		Storage: func() web.StorageStats {
+			st := g.store.Stats()
+			ss := web.StorageStats{
+				Path: g.store.Path(), SyncMode: g.cfg.Storage.Sync.String(), FileSize: st.FileSize,
+				BytesWritten: st.BytesWritten, PageBytesWritten: st.PageBytesWritten, Commits: st.Commits,
+				CommitErrors: st.CommitErrors, PendingOps: st.PendingOps, Failing: st.Failing,
+			}
+			if st.LastCommitError != nil {
+				ss.LastError = st.LastCommitError.Error()
+			}
+			return ss
+		},
+		Hardware:    func() any { return g.hwStatus() },
+		SysInterval: sys,
+		Logger:      g.log.With("component", "web"),
+	})
+}
+
+// hwStatus is the hardware panel of the status page.
+func (g *Gateway) hwStatus() any {
+	type ledState struct {
+		Name    string `json:"name"`
+		Pattern string `json:"pattern"`
+		Lit     bool   `json:"lit"`
+	}
+	var leds []ledState
+	for _, l := range g.hw.LEDs.LEDs() {
+		leds = append(leds, ledState{l.Name(), l.Pattern().String(), l.Lit()})
+	}
+	return map[string]any{"board": g.hw.Board.String(), "leds": leds, "watchdog": g.hw.Watchdog.State()}
+}
+
+// serveHTTP runs the status page on the HTTP listener. Like an MQTT
+// listener, one that fails stops the gateway.
+func (g *Gateway) serveHTTP() {
+	g.log.Info("listening", "proto", "http", "addr", g.http.Addr().String())
+	g.serving.Add(1)
+	go func() {
+		defer g.serving.Done()
+		err := g.web.Serve(g.http)
+		if err == nil || errors.Is(err, http.ErrServerClosed) {
+			return
+		}
+		err = fmt.Errorf("gateway: http listener %s: %w", g.http.Addr(), err)
+		g.log.Error("listener failed; shutting down", "proto", "http", "err", err)
+		go g.stop(err)
+	}()
 }
 
 // serve runs the broker on l in a goroutine. A listener that fails while
@@ -169,6 +401,7 @@ func (g *Gateway) serve(proto string, l net.Listener) {
 			return
 		}
 		err = fmt.Errorf("gateway: %s listener %s: %w", proto, l.Addr(), err)
+		g.health.Set("listener."+proto, health.Failed, err.Error())
 		g.log.Error("listener failed; shutting down", "proto", proto, "err", err)
 		// stop waits for this goroutine, so it cannot run on it.
 		go g.stop(err)
@@ -215,9 +448,22 @@ func (g *Gateway) stop(cause error) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 		defer cancel()
+		if g.web != nil {
+			g.web.SetReady(false) // load balancers and operators see it first
+		}
 		close(g.trimStop)
 		if g.trimDone != nil {
 			<-g.trimDone
+		}
+		// STOPPING=1 and the watchdogs' magic close: a clean shutdown must
+		// not end in a watchdog reset.
+		close(g.hwStop)
+		g.hwDone.Wait()
+		if err := g.hw.Close(); err != nil {
+			g.log.Warn("closing the hardware", "err", err)
+		}
+		if g.web != nil {
+			g.web.Shutdown(ctx)
 		}
 		err := g.srv.Shutdown(ctx)
 		switch {
@@ -232,6 +478,7 @@ func (g *Gateway) stop(cause error) {
 		// already failed is no longer among them.
 		g.closeListeners()
 		g.serving.Wait()
+		g.health.Close()
 		// The store goes last: the broker's shutdown (wills, session
 		// records) writes to it.
 		if err := g.store.Close(); err != nil {
@@ -250,8 +497,10 @@ func (g *Gateway) stop(cause error) {
 }
 
 func (g *Gateway) closeListeners() {
-	if g.mqtt != nil {
-		g.mqtt.Close() // errors: already closed by Shutdown, which is fine
+	for _, l := range []net.Listener{g.mqtt, g.http} {
+		if l != nil {
+			l.Close() // errors: already closed by Shutdown, which is fine
+		}
 	}
 }
 

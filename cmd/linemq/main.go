@@ -102,7 +102,30 @@ func run(args []string, stdout, stderr io.Writer) int {
 		stop()
 	}()
 
-	if err := gateway.Run(ctx, gateway.Options{Config: cfg, Logger: log}); err != nil {
+	g, err := gateway.Start(ctx, gateway.Options{Config: cfg, Logger: log, Version: version})
+	if err != nil {
+		log.Error("linemq failed", "err", err)
+		return 1
+	}
+	select {
+	case <-g.Ready():
+		args := []any{"version", version, "data_dir", cfg.DataDir}
+		if a := g.MQTTAddr(); a != nil {
+			args = append(args, "mqtt", a.String())
+		}
+		if a := g.HTTPAddr(); a != nil {
+			args = append(args, "http", a.String())
+		}
+		log.Info("ready", args...)
+	case <-ctx.Done():
+	case <-g.Done():
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "cause", context.Cause(ctx))
+	case <-g.Done():
+	}
+	if err := g.Close(); err != nil {
 		log.Error("linemq failed", "err", err)
 		return 1
 	}
