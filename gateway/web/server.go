@@ -288,13 +288,13 @@ func (s *Server) Serve(l net.Listener) error {
 	return hs.Serve(l)
 }
 
-// Shutdown stops the $SYS publisher and the sampler, closes the listeners
-// given to Serve and waits (within ctx) for requests in progress. It is
-// safe to call more than once.
+// Shutdown clears the ready flag, stops the $SYS publisher and the
+// sampler, closes the listeners given to Serve and waits (within ctx) for
+// requests in progress. It is safe to call more than once.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.SetReady(false) // first, so that a probe in progress sees it
 	s.stopOnce.Do(func() { close(s.stop) })
 	s.loops.Wait()
-	s.SetReady(false)
 	s.httpMu.Lock()
 	s.shutdown = true
 	servers := make([]*http.Server, 0, len(s.https))
