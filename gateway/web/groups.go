@@ -34,10 +34,16 @@ type memberView struct {
 	Reasons         []string
 }
 
-// evenStrategies spread messages evenly across members, so a member's
-// share of deliveries can be compared with 1/n. The hash and sticky
-// strategies deliberately do not.
-var evenStrategies = map[string]bool{"round_robin": true, "random": true, "prefer_local": true}
+// spreadsEvenly reports whether a strategy spreads messages evenly across
+// members, so that a member's share of deliveries can be compared with
+// 1/n. The hash and sticky strategies deliberately do not.
+func spreadsEvenly(strategy string) bool {
+	switch strategy {
+	case "round_robin", "random", "prefer_local":
+		return true
+	}
+	return false
+}
 
 // groupViews returns every share group with its verdict, in the broker's
 // order (name, then filter).
@@ -114,7 +120,7 @@ func (s *Server) judge(g *broker.GroupStats, tr *groupTrack, clients map[string]
 // than ShareMinMessages.
 func (s *Server) shares(g *broker.GroupStats, tr *groupTrack, now time.Time) map[string]float64 {
 	th := &s.opts.Degraded
-	if th.ShareWindow <= 0 || th.ShareTolerance <= 0 || tr == nil || len(tr.samples) == 0 || !evenStrategies[g.Strategy] {
+	if th.ShareWindow <= 0 || th.ShareTolerance <= 0 || tr == nil || len(tr.samples) == 0 || !spreadsEvenly(g.Strategy) {
 		return nil
 	}
 	base := tr.samples[0]
