@@ -336,9 +336,11 @@ func (*failStore) DeleteSession(string) error                     { return nil }
 func (*failStore) SaveMessage(string, *broker.MessageRecord) error {
 	return nil
 }
-func (*failStore) DeleteMessage(string, uint64) error    { return nil }
-func (*failStore) SetInbound(string, uint16, bool) error { return nil }
-func (*failStore) SaveRetained(*broker.Message) error    { return nil }
+func (*failStore) DeleteMessage(string, uint64) error                       { return nil }
+func (*failStore) SetInbound(string, uint16, bool) error                    { return nil }
+func (*failStore) SaveRetained(*broker.Message) error                       { return nil }
+func (*failStore) SaveSubscription(string, broker.SubscriptionRecord) error { return nil }
+func (*failStore) DeleteSubscription(string, string) error                  { return nil }
 func (f *failStore) Sync(context.Context) error {
 	if f.failing.Load() {
 		return errors.New("disk gone")
@@ -403,8 +405,10 @@ func TestFailingStoreRefusesEveryAck(t *testing.T) {
 	if codes(ua.Reasons) != codes([]packet.ReasonCode{packet.UnspecifiedError}) {
 		t.Errorf("UNSUBACK with the Store failing: %v, want [0x80]", ua.Reasons)
 	}
-	if n := srv.Stats().StoreErrors - errs0; n < 6 {
-		t.Errorf("StoreErrors grew by %d, want one per failed sync (6)", n)
+	// PUBACK, PUBREC, retained, SUBACK, the holder's UNSUBACK; the
+	// UNSUBSCRIBE of a filter never subscribed wrote nothing to sync.
+	if n := srv.Stats().StoreErrors - errs0; n != 5 {
+		t.Errorf("StoreErrors grew by %d, want one per failed sync (5)", n)
 	}
 
 	// A 3.1.1 client has no negative acknowledgement: it is disconnected.

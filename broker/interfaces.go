@@ -104,11 +104,19 @@ func (systemClock) AfterFunc(d time.Duration, f func()) Timer {
 type Store interface {
 	// Load returns everything stored, for the broker to restore at start.
 	Load(ctx context.Context) (*Snapshot, error)
-	// SaveSession records a persistent session's state; it replaces what
-	// was stored for that client id.
+	// SaveSession records a persistent session's own state (version,
+	// expiry, disconnect time, will); it replaces what was stored for that
+	// client id. Its Subscriptions are not written: subscriptions are
+	// stored one by one, so that a SUBSCRIBE writes only what it changed.
 	SaveSession(s *SessionRecord) error
-	// DeleteSession forgets a session with all its messages and inbound ids.
+	// DeleteSession forgets a session with all its subscriptions, messages
+	// and inbound ids.
 	DeleteSession(clientID string) error
+	// SaveSubscription records one subscription of a stored session,
+	// replacing the one with the same filter.
+	SaveSubscription(clientID string, sub SubscriptionRecord) error
+	// DeleteSubscription forgets one subscription of a stored session.
+	DeleteSubscription(clientID, filter string) error
 	// SaveMessage records a message queued or in flight to a session,
 	// replacing the record with the same Seq.
 	SaveMessage(clientID string, m *MessageRecord) error
@@ -133,7 +141,8 @@ type Snapshot struct {
 	Retained []*Message
 }
 
-// SessionRecord is the stored form of a persistent session.
+// SessionRecord is the stored form of a persistent session. Load fills
+// Subscriptions; SaveSession ignores them.
 type SessionRecord struct {
 	ClientID       string
 	Version        packet.Version

@@ -43,6 +43,14 @@ func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(
 			}
 			old.pendingWill = nil
 		}
+		if cleanStart && old.stored {
+			// The new session's records must not be deleted by the old
+			// one's cleanup, which runs later (endSession): the old
+			// records go now, before the new session saves its own,
+			// and the old session writes nothing from here on.
+			old.stored, old.replaced = false, true
+			srv.storeErr("delete session", clientID, srv.opts.Store.DeleteSession(clientID))
+		}
 		old.mu.Unlock()
 	}
 	if old == nil || cleanStart {

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -41,6 +42,35 @@ type Message struct {
 	// Origin, for the hash_clientid strategy.
 	topicBytes  []byte
 	originBytes []byte
+
+	// id names the message in the Store once it is queued to a persistent
+	// session, so that its body is stored once however many sessions it
+	// is queued to. 0 until then.
+	id atomic.Uint64
+}
+
+// clone returns a copy of m that shares its (immutable) bytes but not its
+// Store id: a different message as far as the Store is concerned.
+func (m *Message) clone() *Message {
+	return &Message{
+		Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, Retain: m.Retain,
+		PayloadFormat: m.PayloadFormat, ContentType: m.ContentType, ResponseTopic: m.ResponseTopic,
+		CorrelationData: m.CorrelationData, User: m.User, Expires: m.Expires, Created: m.Created,
+		Origin: m.Origin, props: m.props, topicBytes: m.topicBytes, originBytes: m.originBytes,
+	}
+}
+
+// storeID returns the message's Store id, taking the next one from next
+// the first time.
+func (m *Message) storeID(next *atomic.Uint64) uint64 {
+	if id := m.id.Load(); id != 0 {
+		return id
+	}
+	id := next.Add(1)
+	if m.id.CompareAndSwap(0, id) {
+		return id
+	}
+	return m.id.Load() // another session's save named it first
 }
 
 // copiedProps are the PUBLISH properties a message carries to subscribers.

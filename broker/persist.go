@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/linemq/linemq/broker/packet"
@@ -13,30 +12,16 @@ import (
 // persistentLocked reports whether the session's changes go to the Store:
 // only sessions that outlive their connection are worth a disk write.
 func (s *session) persistentLocked() bool {
-	return s.srv.opts.Store != nil && s.expiry != 0 && !s.ended
+	return s.srv.opts.Store != nil && s.expiry != 0 && !s.ended && !s.replaced
 }
 
-// saveLocked writes the session's record (subscriptions, expiry, will).
+// saveLocked writes the session's own record (expiry, will); its
+// subscriptions are written one by one as they change (saveSubLocked).
 func (s *session) saveLocked() {
 	if !s.persistentLocked() {
 		return
 	}
 	rec := &SessionRecord{ClientID: s.id, Version: s.version, ExpiryInterval: s.expiry, Disconnected: s.disconnectedAt}
-	for _, sub := range s.subs {
-		rec.Subscriptions = append(rec.Subscriptions, SubscriptionRecord{
-			Filter: sub.filter, QoS: sub.qos, NoLocal: sub.noLocal, RetainAsPublished: sub.retainAsPublished,
-			RetainHandling: sub.retainHandling, SubscriptionID: sub.id,
-		})
-	}
-	slices.SortFunc(rec.Subscriptions, func(a, b SubscriptionRecord) int {
-		if a.Filter < b.Filter {
-			return -1
-		}
-		if a.Filter > b.Filter {
-			return 1
-		}
-		return 0
-	})
 	w := s.pendingWill
 	if w == nil && s.conn != nil {
 		w = s.conn.will
@@ -46,6 +31,30 @@ func (s *session) saveLocked() {
 	}
 	s.stored = true
 	s.srv.storeErr("save session", s.id, s.srv.opts.Store.SaveSession(rec))
+}
+
+// saveSubLocked writes one subscription of a persistent session; it
+// reports whether the Store was written to.
+func (s *session) saveSubLocked(sub *subscription) bool {
+	if !s.persistentLocked() {
+		return false
+	}
+	rec := SubscriptionRecord{
+		Filter: sub.filter, QoS: sub.qos, NoLocal: sub.noLocal, RetainAsPublished: sub.retainAsPublished,
+		RetainHandling: sub.retainHandling, SubscriptionID: sub.id,
+	}
+	s.srv.storeErr("save subscription", s.id, s.srv.opts.Store.SaveSubscription(s.id, rec))
+	return true
+}
+
+// deleteSubLocked forgets one subscription of a stored session; it reports
+// whether the Store was written to.
+func (s *session) deleteSubLocked(filter string) bool {
+	if !s.stored || s.srv.opts.Store == nil || s.ended {
+		return false
+	}
+	s.srv.storeErr("delete subscription", s.id, s.srv.opts.Store.DeleteSubscription(s.id, filter))
+	return true
 }
 
 // saveMsgLocked writes a QoS 1/2 delivery of a persistent session.
@@ -58,6 +67,7 @@ func (s *session) saveMsgLocked(d *delivery) {
 		SubIDs: d.subIDs.appendTo(nil),
 	}
 	rec.PacketID = d.pid // 0 while queued
+	rec.MessageID = d.msg.storeID(&s.srv.msgIDs)
 	if d.group != nil {
 		rec.GroupName, rec.GroupFilter = d.group.key.name, d.group.key.filter
 	}
@@ -67,7 +77,8 @@ func (s *session) saveMsgLocked(d *delivery) {
 
 // forgetMsgLocked deletes a delivery's record, if it has one.
 func (s *session) forgetMsgLocked(d *delivery) {
-	if !d.stored || s.srv.opts.Store == nil {
+	if !d.stored || s.srv.opts.Store == nil || s.replaced {
+		d.stored = false // a replaced session's records went with it
 		return
 	}
 	d.stored = false
@@ -157,6 +168,10 @@ func (srv *Server) restore(ctx context.Context) error {
 				srv.groupsMu.Unlock()
 			}
 			s.seq = max(s.seq, mr.Seq)
+			srv.msgIDs.Store(max(srv.msgIDs.Load(), mr.MessageID))
+			if mr.MessageID != 0 {
+				mr.Message.id.Store(mr.MessageID) // shared by every record of this id
+			}
 			if mr.PacketID != 0 {
 				s.inflight[mr.PacketID] = d
 			} else {
@@ -199,6 +214,7 @@ func (srv *Server) restoreSubscription(s *session, sr SubscriptionRecord) {
 	group, tf, shared, err := topic.ParseShare(sr.Filter)
 	if err != nil {
 		srv.log.Warn("dropping an invalid stored subscription", "client", s.id, "filter", sr.Filter, "err", err)
+		srv.storeErr("delete subscription", s.id, srv.opts.Store.DeleteSubscription(s.id, sr.Filter))
 		return
 	}
 	if !shared {
@@ -209,6 +225,7 @@ func (srv *Server) restoreSubscription(s *session, sr SubscriptionRecord) {
 	if shared {
 		if rc := srv.joinGroup(group, tf, sub); rc != packet.GrantedQoS0 {
 			srv.log.Warn("stored member refused by its group's contract", "client", s.id, "group", group)
+			srv.storeErr("delete subscription", s.id, srv.opts.Store.DeleteSubscription(s.id, sr.Filter))
 			return
 		}
 	} else {

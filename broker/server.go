@@ -50,8 +50,9 @@ type Server struct {
 
 	conns   sync.WaitGroup // one per connection goroutine
 	stats   counters
-	queued  atomic.Int64 // messages queued in all sessions, for MaxQueuedTotal
-	pending atomic.Int64 // bytes waiting to be written to all connections, for MaxPendingBytesTotal
+	queued  atomic.Int64  // messages queued in all sessions, for MaxQueuedTotal
+	pending atomic.Int64  // bytes waiting to be written to all connections, for MaxPendingBytesTotal
+	msgIDs  atomic.Uint64 // the last Store id given to a message (Message.storeID)
 }
 
 // New returns a Server configured by opts, or the options that are invalid.

@@ -42,6 +42,7 @@ type session struct {
 	expiryTimer Timer
 
 	stored         bool      // the Store holds a record of this session
+	replaced       bool      // a clean start replaced it: its records are deleted and it writes no more
 	disconnectedAt time.Time // when the last connection ended
 
 	dropped      uint64 // messages dropped for this session (queue full, too large)

@@ -86,8 +86,13 @@ func (c *conn) handleSubscribe(body []byte) error {
 		}
 		reply.reasons = append(reply.reasons, packet.ReasonCode(sub.qos))
 		reply.added = append(reply.added, addedSub{sub: sub, at: len(reply.reasons) - 1, existed: existed})
+		sess := c.sess
+		sess.mu.Lock()
+		if sess.subs[sub.filter] == sub && sess.saveSubLocked(sub) {
+			c.needSync = true // the SUBACK waits for the record to be durable
+		}
+		sess.mu.Unlock()
 	}
-	c.saveSubscriptions()
 	c.held = append(c.held, heldAck{t: packet.SUBACK, pid: p.PacketID, reply: reply})
 	return nil
 }
@@ -170,6 +175,9 @@ func (c *conn) handleUnsubscribe(body []byte) error {
 		sub := s.subs[string(f)]
 		if sub != nil {
 			delete(s.subs, sub.filter)
+			if s.deleteSubLocked(sub.filter) {
+				c.needSync = true
+			}
 		}
 		s.mu.Unlock()
 		if sub == nil {
@@ -179,22 +187,8 @@ func (c *conn) handleUnsubscribe(body []byte) error {
 		c.srv.removeSubscription(sub)
 		reply.reasons = append(reply.reasons, packet.Success)
 	}
-	c.saveSubscriptions()
 	c.held = append(c.held, heldAck{t: packet.UNSUBACK, pid: p.PacketID, reply: reply})
 	return nil
-}
-
-// saveSubscriptions records a persistent session's subscriptions; the
-// SUBACK or UNSUBACK then waits for the Store's sync, through the syncer
-// like a PUBACK, never on the reader.
-func (c *conn) saveSubscriptions() {
-	s := c.sess
-	s.mu.Lock()
-	s.saveLocked()
-	if s.persistentLocked() {
-		c.needSync = true
-	}
-	s.mu.Unlock()
 }
 
 // unsubscribe removes sub from its session if it is still the session's
@@ -205,6 +199,7 @@ func (srv *Server) unsubscribe(sub *subscription) {
 	mine := s.subs[sub.filter] == sub
 	if mine {
 		delete(s.subs, sub.filter)
+		s.deleteSubLocked(sub.filter)
 	}
 	s.mu.Unlock()
 	if mine {

@@ -14,10 +14,10 @@ type will struct {
 // message returns the will as published at now: its expiry counts from the
 // moment it is published, not from the CONNECT that carried it.
 func (w *will) message(now time.Time) *Message {
-	m := *w.msg
+	m := w.msg.clone()
 	m.Created = now
 	if w.hasExpiry {
 		m.Expires = now.Add(time.Duration(w.expiry) * time.Second)
 	}
-	return &m
+	return m
 }
