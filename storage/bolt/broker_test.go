@@ -1,11 +1,11 @@
 package bolt_test
 
 import (
-	"context"
 	"fmt"
-	"net"
+	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"testing"
 	"time"
 
@@ -15,64 +15,28 @@ import (
 	"github.com/linemq/linemq/storage/bolt"
 )
 
-// node is a broker on a bbolt file that a test can stop and start again on
-// the same file, as a restart of the daemon would.
+// node is a broker on a bbolt file that a test can restart on the same
+// file, as a restart of the daemon would.
 type node struct {
-	t     *testing.T
-	path  string
-	opts  broker.Options
-	bopts bolt.Options
+	*brokertest.Server
 	store *bolt.Store
-	srv   *broker.Server
-	addr  string
-	done  chan struct{}
 }
 
 func newNode(t *testing.T, opts broker.Options, bopts bolt.Options) *node {
-	n := &node{t: t, path: filepath.Join(t.TempDir(), "linemq.db"), opts: opts, bopts: bopts}
-	n.start()
-	t.Cleanup(n.stop)
+	path := filepath.Join(t.TempDir(), "linemq.db")
+	n := &node{}
+	n.Server = brokertest.Start(t, opts, func() (broker.Store, func() error) {
+		st, err := bolt.Open(path, &bopts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.store = st
+		return st, st.Close
+	})
 	return n
 }
 
-func (n *node) start() {
-	n.t.Helper()
-	st, err := bolt.Open(n.path, &n.bopts)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	o := n.opts
-	o.Store = st
-	srv, err := broker.New(o)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	n.store, n.srv, n.addr, n.done = st, srv, l.Addr().String(), make(chan struct{})
-	go func() {
-		defer close(n.done)
-		srv.Serve(l)
-	}()
-}
-
-func (n *node) stop() {
-	if n.srv == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	n.srv.Shutdown(ctx)
-	<-n.done
-	if err := n.store.Close(); err != nil {
-		n.t.Errorf("store close: %v", err)
-	}
-	n.srv = nil
-}
-
-func (n *node) restart() { n.stop(); n.start() }
+func (n *node) srv() *broker.Server { return n.Server.Server }
 
 func v5(id string, clean bool, expiry uint32) *packet.Connect {
 	c := &packet.Connect{Version: packet.V5, ClientID: []byte(id), CleanStart: clean}
@@ -89,11 +53,11 @@ func v5(id string, clean bool, expiry uint32) *packet.Connect {
 // retained messages.
 func TestRestoreEachStoredItem(t *testing.T) {
 	n := newNode(t, broker.Options{}, bolt.Options{Sync: bolt.SyncBatch})
-	sub, _ := brokertest.Connect(t, n.addr, v5("sub", true, 3600))
+	sub, _ := brokertest.Connect(t, n.Addr, v5("sub", true, 3600))
 	s := &packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("r/#"), QoS: 2, RetainAsPublished: true}}}
 	s.Props.SubscriptionIDs = []uint32{77}
 	sub.Subscribe(s)
-	pub, _ := brokertest.Connect(t, n.addr, v5("pub", true, 3600))
+	pub, _ := brokertest.Connect(t, n.Addr, v5("pub", true, 3600))
 	send := func(topic string, qos byte, pid uint16, payload string, retain bool) {
 		pub.Publish(&packet.Publish{Topic: []byte(topic), QoS: qos, PacketID: pid, Payload: []byte(payload), Retain: retain})
 		if qos == 1 {
@@ -110,7 +74,7 @@ func TestRestoreEachStoredItem(t *testing.T) {
 	sub.Send((&packet.Ack{Type: packet.PUBREC, PacketID: p2.PacketID}).Append(nil, packet.V5))
 	sub.Expect(packet.PUBREL, nil)
 	sub.Conn.Close()
-	brokertest.Eventually(t, 5*time.Second, "sub offline", func() bool { return n.srv.Stats().ClientsConnected == 1 })
+	brokertest.Eventually(t, 5*time.Second, "sub offline", func() bool { return n.srv().Stats().ClientsConnected == 1 })
 	for i := range 3 {
 		send("r/q", 1, uint16(10+i), fmt.Sprint("queued-", i), false)
 	}
@@ -119,9 +83,9 @@ func TestRestoreEachStoredItem(t *testing.T) {
 	pub.Publish(&packet.Publish{Topic: []byte("x"), QoS: 2, PacketID: 99, Payload: []byte("once")})
 	pub.Expect(packet.PUBREC, nil)
 
-	n.restart()
+	n.Restart()
 
-	sub, ca := brokertest.Connect(t, n.addr, v5("sub", false, 3600))
+	sub, ca := brokertest.Connect(t, n.Addr, v5("sub", false, 3600))
 	if !ca.SessionPresent {
 		t.Fatal("session not restored")
 	}
@@ -149,8 +113,8 @@ func TestRestoreEachStoredItem(t *testing.T) {
 		t.Fatalf("retained live delivery %q retain=%v", got.Payload, got.Retain)
 	}
 	// The unreleased inbound id: a resend is acknowledged, not delivered again.
-	pub, _ = brokertest.Connect(t, n.addr, v5("pub", false, 3600))
-	watch, _ := brokertest.Connect(t, n.addr, v5("watch", true, 0))
+	pub, _ = brokertest.Connect(t, n.Addr, v5("pub", false, 3600))
+	watch, _ := brokertest.Connect(t, n.Addr, v5("watch", true, 0))
 	watch.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("x"), QoS: 2}}})
 	pub.Publish(&packet.Publish{Topic: []byte("x"), QoS: 2, PacketID: 99, Dup: true, Payload: []byte("once")})
 	pub.Expect(packet.PUBREC, nil)
@@ -162,7 +126,7 @@ func TestRestoreEachStoredItem(t *testing.T) {
 		t.Fatalf("PUBCOMP %v: the inbound id was not restored", comp.Reason)
 	}
 	// Retained for a new subscriber.
-	late, _ := brokertest.Connect(t, n.addr, v5("late", true, 0))
+	late, _ := brokertest.Connect(t, n.Addr, v5("late", true, 0))
 	late.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("r/retained")}}})
 	late.Expect(packet.PUBLISH, &got)
 	if string(got.Payload) != "kept" {
@@ -180,12 +144,12 @@ func TestExpiryAcrossRestart(t *testing.T) {
 		if id == "long" {
 			exp = 3600
 		}
-		c, _ := brokertest.Connect(t, n.addr, v5(id, true, exp))
+		c, _ := brokertest.Connect(t, n.Addr, v5(id, true, exp))
 		c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("e"), QoS: 1}}})
 		c.Conn.Close()
 	}
-	brokertest.Eventually(t, 5*time.Second, "offline", func() bool { return n.srv.Stats().ClientsConnected == 0 })
-	pub, _ := brokertest.Connect(t, n.addr, v5("pub", true, 0))
+	brokertest.Eventually(t, 5*time.Second, "offline", func() bool { return n.srv().Stats().ClientsConnected == 0 })
+	pub, _ := brokertest.Connect(t, n.Addr, v5("pub", true, 0))
 	p := &packet.Publish{Topic: []byte("e"), QoS: 1, PacketID: 1, Payload: []byte("stale")}
 	p.Props.Set(packet.PropMessageExpiry)
 	p.Props.MessageExpiry = 20
@@ -194,13 +158,13 @@ func TestExpiryAcrossRestart(t *testing.T) {
 	p = &packet.Publish{Topic: []byte("e"), QoS: 1, PacketID: 2, Payload: []byte("fresh")}
 	pub.Publish(p)
 	pub.Expect(packet.PUBACK, nil)
-	n.stop()
+	n.Stop()
 	clock.Advance(time.Minute) // the broker is down for a minute
-	n.start()
-	if s := n.srv.Stats().Sessions; s != 1 {
+	n.Run()
+	if s := n.srv().Stats().Sessions; s != 1 {
 		t.Fatalf("%d sessions after restart, want 1 (the 30 s one expired while down)", s)
 	}
-	c, ca := brokertest.Connect(t, n.addr, v5("long", false, 3600))
+	c, ca := brokertest.Connect(t, n.Addr, v5("long", false, 3600))
 	if !ca.SessionPresent {
 		t.Fatal("long session lost")
 	}
@@ -217,11 +181,11 @@ func TestExpiryAcrossRestart(t *testing.T) {
 // room again, losing nothing it acknowledged.
 func TestFullDisk(t *testing.T) {
 	n := newNode(t, broker.Options{}, bolt.Options{Sync: bolt.SyncAlways, MaxSize: 256 << 10})
-	sub, _ := brokertest.Connect(t, n.addr, v5("sub", true, 3600))
+	sub, _ := brokertest.Connect(t, n.Addr, v5("sub", true, 3600))
 	sub.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("big"), QoS: 1}}})
 	sub.Conn.Close()
-	brokertest.Eventually(t, 5*time.Second, "offline", func() bool { return n.srv.Stats().ClientsConnected == 0 })
-	pub, _ := brokertest.Connect(t, n.addr, v5("pub", true, 0))
+	brokertest.Eventually(t, 5*time.Second, "offline", func() bool { return n.srv().Stats().ClientsConnected == 0 })
+	pub, _ := brokertest.Connect(t, n.Addr, v5("pub", true, 0))
 	payload := make([]byte, 16<<10)
 	var acked []uint16
 	refused := false
@@ -242,12 +206,12 @@ func TestFullDisk(t *testing.T) {
 		t.Fatalf("%d acknowledged, refused=%v: the store never filled up", len(acked), refused)
 	}
 	// 3.1.1 has no negative PUBACK: the publisher is disconnected.
-	v3, _ := brokertest.Connect(t, n.addr, &packet.Connect{Version: packet.V311, ClientID: []byte("v3"), CleanStart: true})
+	v3, _ := brokertest.Connect(t, n.Addr, &packet.Connect{Version: packet.V311, ClientID: []byte("v3"), CleanStart: true})
 	v3.Publish(&packet.Publish{Topic: []byte("big"), QoS: 1, PacketID: 1, Payload: payload})
 	v3.ExpectClosed()
 
 	// Room returns: the subscriber drains its queue, which frees pages.
-	sub, _ = brokertest.Connect(t, n.addr, v5("sub", false, 3600))
+	sub, _ = brokertest.Connect(t, n.Addr, v5("sub", false, 3600))
 	var got packet.Publish
 	received := 0
 	for {
@@ -278,7 +242,7 @@ func TestFullDisk(t *testing.T) {
 // once each.
 func TestWillsAtShutdown(t *testing.T) {
 	n := newNode(t, broker.Options{}, bolt.Options{})
-	w, _ := brokertest.Connect(t, n.addr, v5("watcher", true, 3600))
+	w, _ := brokertest.Connect(t, n.Addr, v5("watcher", true, 3600))
 	w.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("will/#"), QoS: 1}}})
 	w.Conn.Close()
 	withWill := func(id string, delay uint32) *packet.Connect {
@@ -290,14 +254,14 @@ func TestWillsAtShutdown(t *testing.T) {
 		}
 		return c
 	}
-	brokertest.Connect(t, n.addr, withWill("connected", 0))
-	waiting, _ := brokertest.Connect(t, n.addr, withWill("waiting", 600))
+	brokertest.Connect(t, n.Addr, withWill("connected", 0))
+	waiting, _ := brokertest.Connect(t, n.Addr, withWill("waiting", 600))
 	waiting.Conn.Close() // its will waits 600 s, until the shutdown
-	brokertest.Eventually(t, 5*time.Second, "one client left", func() bool { return n.srv.Stats().ClientsConnected == 1 })
+	brokertest.Eventually(t, 5*time.Second, "one client left", func() bool { return n.srv().Stats().ClientsConnected == 1 })
 
-	n.restart()
+	n.Restart()
 
-	w, _ = brokertest.Connect(t, n.addr, v5("watcher", false, 3600))
+	w, _ = brokertest.Connect(t, n.Addr, v5("watcher", false, 3600))
 	got := map[string]int{}
 	for {
 		h, body, err := w.Read(500 * time.Millisecond)
@@ -326,7 +290,7 @@ func TestSubscriptionsAcrossRestart(t *testing.T) {
 		t.Skip("broker.Store has no SaveSubscription yet: the broker stores subscriptions through SaveSession, which bolt ignores from schema 3 on")
 	}
 	n := newNode(t, broker.Options{}, bolt.Options{})
-	sub, _ := brokertest.Connect(t, n.addr, v5("sub", true, 3600))
+	sub, _ := brokertest.Connect(t, n.Addr, v5("sub", true, 3600))
 	s := &packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("a/+"), QoS: 1}}}
 	s.Props.SubscriptionIDs = []uint32{5}
 	sub.Subscribe(s)
@@ -335,15 +299,15 @@ func TestSubscriptionsAcrossRestart(t *testing.T) {
 	sub.Send((&packet.Unsubscribe{PacketID: 4, Filters: [][]byte{[]byte("b/#")}}).Append(nil, packet.V5))
 	sub.Expect(packet.UNSUBACK, nil)
 	sub.Conn.Close()
-	brokertest.Eventually(t, 5*time.Second, "sub offline", func() bool { return n.srv.Stats().ClientsConnected == 0 })
+	brokertest.Eventually(t, 5*time.Second, "sub offline", func() bool { return n.srv().Stats().ClientsConnected == 0 })
 
-	n.restart()
+	n.Restart()
 
-	sub, ca := brokertest.Connect(t, n.addr, v5("sub", false, 3600))
+	sub, ca := brokertest.Connect(t, n.Addr, v5("sub", false, 3600))
 	if !ca.SessionPresent {
 		t.Fatal("session not restored")
 	}
-	pub, _ := brokertest.Connect(t, n.addr, v5("pub", true, 0))
+	pub, _ := brokertest.Connect(t, n.Addr, v5("pub", true, 0))
 	for i, topic := range []string{"b/x", "a/1", "c"} {
 		pub.Publish(&packet.Publish{Topic: []byte(topic), QoS: 1, PacketID: uint16(i + 1), Payload: []byte(topic)})
 		pub.Expect(packet.PUBACK, nil)
@@ -357,5 +321,100 @@ func TestSubscriptionsAcrossRestart(t *testing.T) {
 	sub.Expect(packet.PUBLISH, &got)
 	if string(got.Topic) != "c" {
 		t.Fatalf("second delivery after restart: %q", got.Topic)
+	}
+}
+
+// TestFanOutRestoredShared: messages queued to many offline sessions are
+// stored once and, after a restart, held once in memory: every session's
+// copy is the same Message (issue 9, item 5). Each session then receives
+// its whole backlog.
+func TestFanOutRestoredShared(t *testing.T) {
+	const sessions, msgs, size = 100, 100, 4096
+	n := newNode(t, broker.Options{MaxQueuedMessages: msgs}, bolt.Options{Sync: bolt.SyncBatch})
+	for i := range sessions {
+		c, _ := brokertest.Connect(t, n.Addr, v5(fmt.Sprint("s", i), true, 3600))
+		c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("fan/#"), QoS: 1}}})
+		c.Conn.Close()
+	}
+	brokertest.Eventually(t, 5*time.Second, "offline", func() bool { return n.srv().Stats().ClientsConnected == 0 })
+	pub, _ := brokertest.Connect(t, n.Addr, v5("pub", true, 0))
+	payload := make([]byte, size)
+	for i := range msgs {
+		pub.Publish(&packet.Publish{Topic: []byte("fan/x"), QoS: 1, PacketID: uint16(i + 1), Payload: payload})
+		pub.Expect(packet.PUBACK, nil)
+	}
+	pub.Conn.Close()
+	n.Stop()
+	fi, err := os.Stat(n.store.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 100 x 100 x 4 KiB would be 40 MiB stored per session; once, 400 KiB.
+	if fi.Size() > 8<<20 {
+		t.Errorf("database is %d MiB for %d KiB of unique payload", fi.Size()>>20, msgs*size>>10)
+	}
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	n.Run()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grew := int64(after.HeapInuse) - int64(before.HeapInuse)
+	t.Logf("file %d KiB; heap after restore +%d KiB for %d queued deliveries of %d shared messages", fi.Size()>>10, grew>>10, sessions*msgs, msgs)
+	if grew > 16<<20 { // one copy per session would be 40 MiB
+		t.Errorf("restore grew the heap by %d MiB: the backlog is not shared", grew>>20)
+	}
+	if q := n.srv().Stats().Queued; q != sessions*msgs {
+		t.Fatalf("%d queued after restart, want %d", q, sessions*msgs)
+	}
+	for _, i := range []int{0, sessions / 2, sessions - 1} {
+		c, _ := brokertest.Connect(t, n.Addr, v5(fmt.Sprint("s", i), false, 3600))
+		for range msgs {
+			var p packet.Publish
+			c.Expect(packet.PUBLISH, &p)
+			c.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+		}
+		c.ExpectNothing(100 * time.Millisecond)
+	}
+}
+
+// TestManySubscriptionsWriteWhatChanged: each SUBSCRIBE of a persistent
+// session writes its own subscription, not the whole set again (issue 9,
+// item 10): 5,000 SUBSCRIBEs on one session cost about the same bytes each.
+func TestManySubscriptionsWriteWhatChanged(t *testing.T) {
+	const subs = 5000
+	n := newNode(t, broker.Options{}, bolt.Options{Sync: bolt.SyncBatch})
+	c, _ := brokertest.Connect(t, n.Addr, v5("many", true, 3600))
+	var buf []byte
+	written := func() uint64 { return n.store.Stats().BytesWritten }
+	var firstHalf uint64
+	for i := range subs {
+		buf = (&packet.Subscribe{PacketID: uint16(i%60000 + 1), Subs: []packet.Subscription{{Filter: fmt.Appendf(nil, "plant/line/%d/+", i), QoS: 1}}}).Append(buf, packet.V5)
+		if len(buf) > 16<<10 || i == subs-1 || i == subs/2-1 {
+			c.Send(buf)
+			buf = buf[:0]
+		}
+		if i == subs/2-1 {
+			for range subs / 2 {
+				c.Expect(packet.SUBACK, nil)
+			}
+			firstHalf = written()
+		}
+	}
+	for range subs - subs/2 {
+		c.Expect(packet.SUBACK, nil)
+	}
+	secondHalf := written() - firstHalf
+	t.Logf("%d subscriptions: %d bytes written for the first half, %d for the second", subs, firstHalf, secondHalf)
+	// Rewriting the whole set each time would make the second half cost
+	// about three times the first.
+	if secondHalf > 2*firstHalf {
+		t.Errorf("the second half of the SUBSCRIBEs wrote %d bytes, the first %d: writes grow with the set", secondHalf, firstHalf)
+	}
+	c.Conn.Close()
+	n.Restart()
+	if s := n.srv().Stats().Subscriptions; s != subs {
+		t.Fatalf("%d subscriptions after restart, want %d", s, subs)
 	}
 }

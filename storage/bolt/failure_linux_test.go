@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/linemq/linemq/broker/brokertest"
 )
 
 // TestTmpfsFull fills a real, size-limited file system (tmpfs) to ENOSPC,
@@ -41,7 +43,7 @@ func TestTmpfsFull(t *testing.T) {
 
 	// Space comes back: the pending change is retried and commits.
 	must(t, os.Remove(ballast))
-	waitFor(t, func() bool { return !s.Stats().Failing })
+	brokertest.Eventually(t, 5*time.Second, "condition", func() bool { return !s.Stats().Failing })
 	must(t, s.Sync(ctxT(t)))
 	want := append(acked, failed)
 	checkMessages(t, s, "a", want)

@@ -10,6 +10,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/storage/storetest"
 )
 
@@ -129,7 +130,7 @@ func TestSyncNoneReportsFailure(t *testing.T) {
 	for i := uint64(0); ; i++ {
 		must(t, s.SaveMessage("a", storetest.Message(i, 8000)))
 		if i%8 == 0 {
-			waitFor(t, func() bool { st := s.Stats(); return st.PendingOps == 0 || st.Failing })
+			brokertest.Eventually(t, 5*time.Second, "condition", func() bool { st := s.Stats(); return st.PendingOps == 0 || st.Failing })
 		}
 		if s.Stats().Failing {
 			break

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/storage/storetest"
 )
 
@@ -253,7 +254,7 @@ func TestSyncModes(t *testing.T) {
 	t.Run("always without Sync waits for the interval", func(t *testing.T) {
 		s := openT(t, tempDB(t), &Options{Sync: SyncAlways, BatchInterval: 20 * time.Millisecond})
 		must(t, s.SaveMessage("a", storetest.Message(1, 10)))
-		waitFor(t, func() bool { return s.Stats().Commits == 1 })
+		brokertest.Eventually(t, 5*time.Second, "condition", func() bool { return s.Stats().Commits == 1 })
 	})
 	t.Run("none does not wait", func(t *testing.T) {
 		path := tempDB(t)
@@ -278,7 +279,7 @@ func TestSyncModes(t *testing.T) {
 	t.Run("none commits on the interval", func(t *testing.T) {
 		s := openT(t, tempDB(t), &Options{Sync: SyncNone, BatchInterval: 5 * time.Millisecond})
 		must(t, s.SaveMessage("a", storetest.Message(1, 10)))
-		waitFor(t, func() bool { return s.Stats().Commits == 1 })
+		brokertest.Eventually(t, 5*time.Second, "condition", func() bool { return s.Stats().Commits == 1 })
 	})
 }
 
@@ -362,17 +363,5 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-// waitFor polls cond for up to 5 s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 5 s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
