@@ -20,12 +20,12 @@ func TestDependencies(t *testing.T) {
 	for _, dep := range strings.Fields(string(out)) {
 		for _, f := range forbidden {
 			if strings.HasPrefix(dep, f) {
-				t.Errorf("broker/... depends on %s", dep)
+				t.Errorf("broker/... depends on %s: the core imports nothing of ours outside broker/ and no etcd, bbolt or GPIO (docs/architecture.md says where such code goes)", dep)
 			}
 		}
 		// Only the standard library and broker's own packages.
 		if !strings.HasPrefix(dep, "github.com/linemq/linemq/broker") {
-			t.Errorf("broker/... depends on the non-standard package %s", dep)
+			t.Errorf("broker/... depends on the non-standard package %s: broker/ uses the standard library only (docs/architecture.md)", dep)
 		}
 	}
 }
