@@ -60,7 +60,7 @@ func TestTakeoverRaceOneConnectionPerID(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, addr := brokertest.RunServer(t, broker.Options{})
-			const rounds, racers = 40, 3
+			const rounds, racers = 25, 8
 			subs := make([]packet.Subscription, 1000)
 			for i := range subs {
 				subs[i] = packet.Subscription{Filter: fmt.Appendf(nil, "race/%d/+", i), QoS: 1}
@@ -692,4 +692,124 @@ func TestBackpressureCeiling(t *testing.T) {
 	if refused == 0 {
 		t.Fatal("nothing refused past the ceiling")
 	}
+}
+
+// TestOverflowConcurrentPublishers: many publishers at once into a full
+// offline share group and a full offline subscriber: every message
+// acknowledged with success is delivered when the clients return, every
+// other one was refused with 0x97, none got 0x10.
+func TestOverflowConcurrentPublishers(t *testing.T) {
+	const limit, pubs, each = 50, 10, 20
+	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedMessages: limit})
+	for _, f := range []struct{ id, filter string }{{"member", "$share/g/cc/#"}, {"plain", "cc/#"}} {
+		c, _ := brokertest.Connect(t, addr, withExpiry(rawV5(f.id, true), 300))
+		c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte(f.filter), QoS: 1}}})
+		c.Conn.Close()
+	}
+	brokertest.Eventually(t, 5*time.Second, "offline", func() bool { return srv.Stats().ClientsConnected == 0 })
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	var wg sync.WaitGroup
+	for p := range pubs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := brokertest.Dial(t, addr, packet.V5)
+			c.Conn.Write((&packet.Connect{Version: packet.V5, ProtocolName: []byte("MQTT"), ClientID: fmt.Appendf(nil, "p%d", p), CleanStart: true}).Append(nil))
+			if h, _, err := c.Read(5 * time.Second); err != nil || h.Type != packet.CONNACK {
+				t.Errorf("publisher %d: no CONNACK: %v", p, err)
+				return
+			}
+			for i := range each {
+				payload := fmt.Sprintf("%d-%d", p, i)
+				c.Conn.Write((&packet.Publish{Topic: []byte("cc/x"), QoS: 1, PacketID: uint16(i + 1), Payload: []byte(payload)}).Append(nil, packet.V5))
+				h, body, err := c.Read(5 * time.Second)
+				if err != nil || h.Type != packet.PUBACK {
+					t.Errorf("publisher %d: %v %v", p, h.Type, err)
+					return
+				}
+				var a packet.Ack
+				a.Decode(packet.V5, h.Type, body)
+				switch a.Reason {
+				case packet.Success:
+					mu.Lock()
+					acked[payload] = true
+					mu.Unlock()
+				case packet.QuotaExceeded:
+				default:
+					t.Errorf("publisher %d: PUBACK %v", p, a.Reason)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// Both the member and the plain subscriber hold at most limit; a
+	// message is acknowledged only when both took it.
+	if len(acked) > limit || len(acked) == 0 {
+		t.Fatalf("%d acknowledged, want 1..%d", len(acked), limit)
+	}
+	for _, id := range []string{"member", "plain"} {
+		c, _ := brokertest.Connect(t, addr, withExpiry(rawV5(id, false), 300))
+		got := map[string]bool{}
+		for {
+			h, body, err := c.Read(300 * time.Millisecond)
+			if err != nil {
+				break
+			}
+			var p packet.Publish
+			p.Decode(packet.V5, h.Flags, body)
+			got[string(p.Payload)] = true
+			c.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+		}
+		for m := range acked {
+			if !got[m] {
+				t.Errorf("%s: acknowledged message %s never delivered", id, m)
+			}
+		}
+	}
+}
+
+// TestRetainedConcurrentSubscribers: several new subscribers at once each
+// receive every retained message.
+func TestRetainedConcurrentSubscribers(t *testing.T) {
+	const n, subs = 5000, 8
+	srv, addr := brokertest.RunServer(t, broker.Options{MaxPendingBytes: 32 << 10, MaxQueuedMessages: 50})
+	pub, _ := brokertest.Connect(t, addr, rawV5("retainer", true))
+	var buf []byte
+	for i := range n {
+		buf = (&packet.Publish{Topic: fmt.Appendf(nil, "r/%d", i), Retain: true, Payload: make([]byte, 64)}).Append(buf, packet.V5)
+	}
+	pub.Send(buf)
+	brokertest.Eventually(t, 10*time.Second, "all retained", func() bool { return srv.Stats().Retained == n })
+	var wg sync.WaitGroup
+	for s := range subs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := brokertest.Dial(t, addr, packet.V5)
+			cp := &packet.Connect{Version: packet.V5, ProtocolName: []byte("MQTT"), ClientID: fmt.Appendf(nil, "rs%d", s), CleanStart: true}
+			cp.Props.Set(packet.PropReceiveMaximum)
+			cp.Props.ReceiveMaximum = 5
+			c.Conn.Write(cp.Append(nil))
+			c.Conn.Write((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("r/#"), QoS: byte(s % 2)}}}).Append(nil, packet.V5))
+			seen := map[string]bool{}
+			for len(seen) < n {
+				h, body, err := c.Read(10 * time.Second)
+				if err != nil {
+					t.Errorf("subscriber %d: after %d: %v", s, len(seen), err)
+					return
+				}
+				if h.Type != packet.PUBLISH {
+					continue
+				}
+				var p packet.Publish
+				p.Decode(packet.V5, h.Flags, body)
+				seen[string(p.Topic)] = true
+				if p.QoS == 1 {
+					c.Conn.Write((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
