@@ -60,7 +60,7 @@ func TestTakeoverRaceOneConnectionPerID(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, addr := brokertest.RunServer(t, broker.Options{})
-			const rounds, racers = 25, 8
+			const rounds, racers = 15, 8
 			subs := make([]packet.Subscription, 1000)
 			for i := range subs {
 				subs[i] = packet.Subscription{Filter: fmt.Appendf(nil, "race/%d/+", i), QoS: 1}
