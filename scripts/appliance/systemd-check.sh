@@ -1,0 +1,55 @@
+#!/bin/sh
+# systemd-check.sh [THRESHOLD]
+#
+# Checks the units as a systemd system would load them: stages the package
+# and the appliance overlay into a temporary root (stage-rootfs.sh), adds
+# this machine's own systemd units (the targets and services ours are
+# ordered against), then
+#   - systemd-analyze verify --root: fails on ANY output (it exits 0 on
+#     warnings such as an unknown key);
+#   - systemd-sysusers and systemd-tmpfiles --root: the user, its groups and
+#     the state directory are created as at boot;
+#   - systemd-analyze security --offline: fails above THRESHOLD (in tenths:
+#     15 is an exposure level of 1.5).
+set -eu
+
+threshold=${1:-15}
+here=$(cd "$(dirname "$0")" && pwd)
+st=$(mktemp -d /tmp/linemq-systemd-check.XXXXXX)
+trap 'rm -rf "$st"' EXIT
+
+"$here/stage-rootfs.sh" "$st"
+# The distribution's own units (targets, systemd-tmpfiles-setup.service).
+cp -an /usr/lib/systemd/system/. "$st/usr/lib/systemd/system/"
+
+units="linemq.service linemq-config.service"
+echo "== systemd-analyze verify --root=<staging> $units"
+if ! out=$(systemd-analyze verify --root="$st" $units 2>&1) || [ -n "$out" ]; then
+	echo "$out"
+	echo "systemd-check: systemd-analyze verify reported problems"
+	exit 1
+fi
+echo "clean"
+
+echo "== systemd-sysusers, systemd-tmpfiles --create (--root=<staging>)"
+mkdir -p "$st/etc"
+: >"$st/etc/passwd"; : >"$st/etc/group"
+systemd-sysusers --root="$st" 2>&1
+grep '^linemq:' "$st/etc/passwd"
+grep -E '^gpio:.*linemq' "$st/etc/group"
+systemd-tmpfiles --root="$st" --create linemq.conf linemq-appliance.conf 2>&1
+uid=$(awk -F: '$1 == "linemq" { print $3 }' "$st/etc/passwd")
+set -- $(stat -c '%a %u' "$st/var/lib/linemq")
+[ "$1" = 750 ] && [ "$2" = "$uid" ] || { echo "systemd-check: /var/lib/linemq is $1 uid $2, want 750 uid $uid"; exit 1; }
+set -- $(stat -c '%a %u %G' "$st/var/lib/linemq/config")
+[ "$1" = 750 ] && [ "$2" = 0 ] || { echo "systemd-check: /var/lib/linemq/config is $1 uid $2, want 750 uid 0"; exit 1; }
+echo "/var/lib/linemq 0750 linemq, /var/lib/linemq/config 0750 root:linemq"
+
+echo "== systemd-analyze security --offline=true --threshold=$threshold linemq.service"
+if ! systemd-analyze security --offline=true --root="$st" --threshold="$threshold" linemq.service >"$st/security.txt" 2>&1; then
+	grep -E '^✗|Overall' "$st/security.txt"
+	echo "systemd-check: exposure above $threshold"
+	exit 1
+fi
+grep -E '^✗' "$st/security.txt" | sed 's/  */ /g'
+grep Overall "$st/security.txt"
