@@ -6,7 +6,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 DATA_DIR ?= ./data
 FUZZTIME ?= 60s
 
-.PHONY: run build test vet fuzz bench bench-compare cross clean test-arm systemd-check
+.PHONY: run build test vet fuzz bench bench-compare cross clean test-arm systemd-check dist dist-check
 
 ## run: build and start a standalone broker on :1883 with its data in ./data
 run: build
@@ -83,3 +83,14 @@ SYSTEMD_EXPOSURE ?= 15
 systemd-check:
 	@command -v systemd-analyze >/dev/null || { echo "systemd-check: needs systemd (apt-get install systemd)"; exit 1; }
 	scripts/appliance/systemd-check.sh $(SYSTEMD_EXPOSURE)
+
+## dist: bin/dist/linemq-VERSION.tar.gz, the committed tree with its Go modules
+## vendored (made in a temporary copy), the source the Buildroot package
+## builds offline; dist-check also builds linemq from it with GOPROXY=off
+DIST         ?= $(BIN)/dist
+DIST_VERSION ?= $(shell git describe --tags --always 2>/dev/null || echo dev)
+dist:
+	scripts/appliance/dist.sh $(DIST_VERSION) $(DIST)
+
+dist-check:
+	scripts/appliance/dist.sh $(DIST_VERSION) $(DIST) check

@@ -28,6 +28,7 @@ install -D -m 0644 "$repo/systemd/linemq.service" "$dest/usr/lib/systemd/system/
 install -D -m 0644 "$repo/systemd/linemq.sysusers" "$dest/usr/lib/sysusers.d/linemq.conf"
 install -D -m 0644 "$repo/systemd/linemq.tmpfiles" "$dest/usr/lib/tmpfiles.d/linemq.conf"
 install -D -m 0644 "$repo/systemd/60-linemq.rules" "$dest/usr/lib/udev/rules.d/60-linemq.rules"
+install -D -m 0644 "$repo/docs/linemq.example.yaml" "$dest/usr/share/linemq/linemq.example.yaml"
 mkdir -p "$dest/var/lib/linemq" "$dest/etc/linemq"
 # The overlay, as BR2_ROOTFS_OVERLAY copies it (rsync -a: modes kept).
 cp -a "$overlay/." "$dest/"

@@ -22,9 +22,8 @@ trap 'rm -rf "$st"' EXIT
 # The distribution's own units (targets, systemd-tmpfiles-setup.service).
 cp -an /usr/lib/systemd/system/. "$st/usr/lib/systemd/system/"
 
-units="linemq.service linemq-config.service"
-echo "== systemd-analyze verify --root=<staging> $units"
-if ! out=$(systemd-analyze verify --root="$st" $units 2>&1) || [ -n "$out" ]; then
+echo "== systemd-analyze verify --root=<staging> linemq.service linemq-config.service"
+if ! out=$(systemd-analyze verify --root="$st" linemq.service linemq-config.service 2>&1) || [ -n "$out" ]; then
 	echo "$out"
 	echo "systemd-check: systemd-analyze verify reported problems"
 	exit 1
@@ -39,10 +38,17 @@ grep '^linemq:' "$st/etc/passwd"
 grep -E '^gpio:.*linemq' "$st/etc/group"
 systemd-tmpfiles --root="$st" --create linemq.conf linemq-appliance.conf 2>&1
 uid=$(awk -F: '$1 == "linemq" { print $3 }' "$st/etc/passwd")
-set -- $(stat -c '%a %u' "$st/var/lib/linemq")
-[ "$1" = 750 ] && [ "$2" = "$uid" ] || { echo "systemd-check: /var/lib/linemq is $1 uid $2, want 750 uid $uid"; exit 1; }
-set -- $(stat -c '%a %u %G' "$st/var/lib/linemq/config")
-[ "$1" = 750 ] && [ "$2" = 0 ] || { echo "systemd-check: /var/lib/linemq/config is $1 uid $2, want 750 uid 0"; exit 1; }
+got=$(stat -c '%a %u' "$st/var/lib/linemq")
+if [ "$got" != "750 $uid" ]; then
+	echo "systemd-check: /var/lib/linemq is $got (mode uid), want 750 $uid"
+	exit 1
+fi
+gid=$(awk -F: '$1 == "linemq" { print $3 }' "$st/etc/group")
+got=$(stat -c '%a %u %g' "$st/var/lib/linemq/config")
+if [ "$got" != "750 0 $gid" ]; then
+	echo "systemd-check: /var/lib/linemq/config is $got (mode uid gid), want 750 0 $gid"
+	exit 1
+fi
 echo "/var/lib/linemq 0750 linemq, /var/lib/linemq/config 0750 root:linemq"
 
 echo "== systemd-analyze security --offline=true --threshold=$threshold linemq.service"

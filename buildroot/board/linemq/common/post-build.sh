@@ -1,0 +1,34 @@
+#!/bin/sh
+# BR2_ROOTFS_POST_BUILD_SCRIPT for every linemq board.
+# $1: the target directory; $2: the board (BR2_ROOTFS_POST_SCRIPT_ARGS).
+#
+# The root file system stays read-only (the defconfigs leave
+# BR2_TARGET_GENERIC_REMOUNT_ROOTFS_RW unset; /var is a tmpfs filled from
+# /usr/share/factory). Two partitions are added to /etc/fstab:
+#   - the FAT boot partition, read-only at /boot (linemq-config.service
+#     remounts it read-write only to take linemq.yaml from it);
+#   - the ext4 data partition at /var/lib/linemq, the only place written
+#     in normal operation.
+set -eu
+
+TARGET_DIR=${1:?usage: post-build.sh TARGET_DIR [BOARD]}
+
+mkdir -p "$TARGET_DIR/boot" "$TARGET_DIR/var/lib/linemq" "$TARGET_DIR/etc/linemq"
+
+fstab=$TARGET_DIR/etc/fstab
+touch "$fstab"
+add_mount() {
+	# $1: mount point; the rest: the fstab line
+	mp=$1
+	shift
+	grep -qE "^[^#[:space:]]+[[:space:]]+${mp}[[:space:]]" "$fstab" || echo "$*" >>"$fstab"
+}
+add_mount / "/dev/root / auto ro 0 1"
+add_mount /boot "LABEL=LINEMQBOOT /boot vfat ro,noatime,nofail,umask=0077,x-systemd.device-timeout=10s 0 2"
+add_mount /var/lib/linemq "LABEL=linemq-data /var/lib/linemq ext4 rw,noatime,nosuid,nodev,noexec,errors=remount-ro,commit=5,x-systemd.growfs 0 2"
+
+# The hostname is also the default node_id: the board name until the
+# gateway's linemq.yaml sets its own node_id.
+if [ -n "${2:-}" ] && [ ! -s "$TARGET_DIR/etc/hostname" ]; then
+	echo "linemq-$2" | tr '_' '-' >"$TARGET_DIR/etc/hostname"
+fi
