@@ -6,7 +6,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 DATA_DIR ?= ./data
 FUZZTIME ?= 60s
 
-.PHONY: run build test vet fuzz bench bench-compare cross clean test-arm systemd-check dist dist-check
+.PHONY: run build test vet fuzz bench bench-compare cross clean test-arm systemd-check dist dist-check sdimage-smoke
 
 ## run: build and start a standalone broker on :1883 with its data in ./data
 run: build
@@ -94,3 +94,11 @@ dist:
 
 dist-check:
 	scripts/appliance/dist.sh $(DIST_VERSION) $(DIST) check
+
+## sdimage-smoke: the appliance's SD card image assembled with Debian's
+## genimage from the arm64 build, the overlay and the units (no kernel),
+## then its partitions opened with mtools and debugfs to check the layout,
+## the files and their modes
+SDIMAGE_BOARD ?= rpi4_64
+sdimage-smoke: cross
+	scripts/appliance/sdimage-smoke.sh $(BIN)/linux-arm64/linemq $(SDIMAGE_BOARD)
