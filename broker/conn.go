@@ -52,14 +52,20 @@ type conn struct {
 	sc         *scratch  // decode structs, borrowed from the server for one read
 	aliasIn    []string  // inbound topic aliases, grown to the highest used
 	r          *router
-	held       []heldAck    // acknowledgements waiting for the Store
-	unackedIn  atomic.Int32 // QoS 1 publishes received and not yet acknowledged
-	syncing    atomic.Int32 // batches of this connection's acks waiting in the syncer
-	needSync   bool         // this read wrote to the Store
-	reasons    []packet.ReasonCode
-	scratch    []byte
-	expiryIn   uint32 // Session Expiry Interval after CONNECT, for DISCONNECT rules
-	connected  bool   // CONNACK accepting the client was sent
+	held       []heldAck // acknowledgements waiting for the Store
+
+	// The acknowledgements on their way out, in order (sendAcks).
+	ackMu       sync.Mutex
+	ackq        []*pendingAck
+	ackDraining bool // a goroutine is writing the ready front of ackq
+
+	unackedIn atomic.Int32 // QoS 1 publishes received and not yet acknowledged
+	syncing   atomic.Int32 // batches of this connection's acks waiting in the syncer
+	needSync  bool         // this read wrote to the Store
+	reasons   []packet.ReasonCode
+	scratch   []byte
+	expiryIn  uint32 // Session Expiry Interval after CONNECT, for DISCONNECT rules
+	connected bool   // CONNACK accepting the client was sent
 
 	// Guarded by the session's mu: the outbound topic aliases.
 	aliasOut  map[string]uint16

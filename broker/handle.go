@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"sync/atomic"
 
 	"github.com/linemq/linemq/broker/packet"
 	"github.com/linemq/linemq/broker/topic"
@@ -251,33 +252,118 @@ func (c *conn) releaseAcks() {
 // if any: a v5 publisher is then told 0x97 Quota exceeded (and may retry),
 // a 3.1.1 publisher, which has no negative acknowledgement, is
 // disconnected. It runs on the reader or on the syncer.
+//
+// An acknowledgement that must still wait (for a congested share-group
+// member's queue to drain) waits in the connection's acknowledgement queue,
+// and those after it wait behind it: acknowledgements leave in the order of
+// the packets they answer [MQTT-4.6.0-2].
 func (c *conn) sendAcks(held []heldAck, err error) {
 	if err != nil && c.version < packet.V5 {
 		c.kickWith(packet.ServerUnavailable, errStoreFailed.Reason)
 		return
 	}
-	for _, a := range held {
-		if a.reply != nil {
-			c.sendReply(a, err)
-			continue
-		}
-		rc := a.rc
-		if err != nil && !rc.IsError() {
-			rc = packet.QuotaExceeded
+	simple := true
+	for i := range held {
+		a := &held[i]
+		if err != nil && a.reply == nil && !a.rc.IsError() {
+			a.rc = packet.QuotaExceeded
 			if a.t == packet.PUBREC {
 				c.forgetInbound(a.pid)
 			}
 		}
-		if a.wait != nil && !rc.IsError() {
+		if a.reply != nil || (a.wait != nil && !a.rc.IsError()) {
+			simple = false
+		}
+	}
+	// The common case costs nothing more: plain acknowledgements with
+	// nothing queued before them are written at once, in order.
+	c.ackMu.Lock()
+	if simple && len(c.ackq) == 0 && !c.ackDraining {
+		for _, a := range held {
+			c.writeAck(a.t, a.pid, a.rc)
+		}
+		c.ackMu.Unlock()
+		return
+	}
+	c.ackMu.Unlock()
+
+	ps := make([]*pendingAck, 0, len(held))
+	for _, a := range held {
+		p := &pendingAck{c: c, a: a, err: err}
+		p.blocked.Store(1) // until it is in the queue
+		if a.wait != nil && !a.rc.IsError() {
 			s := a.wait
 			s.mu.Lock()
-			held := s.holdAckLocked(ackWaiter{c, a.t, a.pid, rc})
+			if s.holdAckLocked(p) {
+				p.blocked.Add(1)
+			}
 			s.mu.Unlock()
-			if held {
-				continue
+		}
+		ps = append(ps, p)
+	}
+	c.ackMu.Lock()
+	c.ackq = append(c.ackq, ps...)
+	c.ackMu.Unlock()
+	for _, p := range ps {
+		p.unblock()
+	}
+}
+
+// pendingAck is an acknowledgement in the connection's queue, written once
+// nothing blocks it and everything before it is written.
+type pendingAck struct {
+	c       *conn
+	a       heldAck
+	err     error // the Store's failure, for SUBACK and UNSUBACK
+	blocked atomic.Int32
+}
+
+// unblock lifts one of the things p waits for, and writes every
+// acknowledgement at the front of the queue that is ready. One goroutine
+// at a time writes (the others leave it to that one), so the order holds
+// though the writing happens outside ackMu: a SUBACK's write takes its
+// session's lock. unblock must not be called with a session lock held.
+func (p *pendingAck) unblock() {
+	if p.blocked.Add(-1) > 0 {
+		return
+	}
+	c := p.c
+	c.ackMu.Lock()
+	if c.ackDraining {
+		c.ackMu.Unlock()
+		return // the writer at work sees p when it looks again
+	}
+	c.ackDraining = true
+	wrote := false
+	for {
+		n := 0
+		for n < len(c.ackq) && c.ackq[n].blocked.Load() <= 0 {
+			n++
+		}
+		if n == 0 {
+			c.ackDraining = false
+			c.ackMu.Unlock()
+			break
+		}
+		ready := append([]*pendingAck(nil), c.ackq[:n]...)
+		clear(c.ackq[:n])
+		c.ackq = c.ackq[n:]
+		if len(c.ackq) == 0 {
+			c.ackq = nil
+		}
+		c.ackMu.Unlock()
+		for _, q := range ready {
+			if q.a.reply != nil {
+				c.sendReply(q.a, q.err)
+			} else {
+				c.writeAck(q.a.t, q.a.pid, q.a.rc)
 			}
 		}
-		c.writeAck(a.t, a.pid, rc)
+		wrote = true
+		c.ackMu.Lock()
+	}
+	if wrote {
+		c.signal()
 	}
 }
 

@@ -488,10 +488,12 @@ func TestPartialPacketsTimeOut(t *testing.T) {
 		}
 	}
 	pair.check(t)
-	robustWaitSettled(t, base, 4, 16<<20, 15*time.Second)
-	if st := srv.Stats(); st.ClientsConnected != 2 {
-		t.Fatalf("%d clients connected, want the pair", st.ClientsConnected)
+	for _, c := range clients {
+		c.Conn.Close()
 	}
+	// Counted as gone once the lingering close is over.
+	brokertest.Eventually(t, 10*time.Second, "only the pair connected", func() bool { return srv.Stats().ClientsConnected == 2 })
+	robustWaitSettled(t, base, 4, 16<<20, 15*time.Second)
 }
 
 // TestV311PublisherPausedBehindStuckGroup: a 3.1.1 publisher (no Receive
@@ -812,4 +814,56 @@ func TestRetainedConcurrentSubscribers(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestAcksKeepPublishOrder: an acknowledgement held by a congested share
+// group holds the acknowledgements of later publishes too, whatever their
+// topic: PUBACKs leave in the order of the PUBLISHes [MQTT-4.6.0-2].
+func TestAcksKeepPublishOrder(t *testing.T) {
+	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedMessages: 4})
+	member := windowSub(t, addr, "slow", "$share/g/held/#", 1, 0)
+	pub, _ := brokertest.Connect(t, addr, rawV5("pub", true))
+	var buf []byte
+	for i := 1; i <= 16; i++ {
+		topic := "held/x"
+		if i%2 == 0 {
+			topic = "free/x" // nobody subscribed: 0x10 at once, were it not for the order
+		}
+		buf = (&packet.Publish{Topic: []byte(topic), QoS: 1, PacketID: uint16(i), Payload: []byte("x")}).Append(buf, packet.V5)
+	}
+	pub.Send(buf)
+	brokertest.Eventually(t, 5*time.Second, "an acknowledgement held", func() bool { return srv.Stats().AcksHeld > 0 })
+	var got []uint16
+	for {
+		h, body, err := pub.Read(300 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		var a packet.Ack
+		a.Decode(packet.V5, h.Type, body)
+		got = append(got, a.PacketID)
+	}
+	if len(got) >= 16 {
+		t.Fatalf("every PUBACK sent while the group is congested: %v", got)
+	}
+	// The member drains: the rest follow, in order.
+	for {
+		var p packet.Publish
+		h, body, err := member.Read(300 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		p.Decode(packet.V5, h.Flags, body)
+		member.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+	}
+	for len(got) < 16 {
+		var a packet.Ack
+		pub.Expect(packet.PUBACK, &a)
+		got = append(got, a.PacketID)
+	}
+	for i, pid := range got {
+		if pid != uint16(i+1) {
+			t.Fatalf("PUBACKs in the order %v, want 1..16", got)
+		}
+	}
 }

@@ -50,7 +50,7 @@ type session struct {
 	disconnects  uint64 // connections that ended
 	redeliveries uint64 // PUBLISH packets resent with DUP after a reconnect
 
-	waiters []ackWaiter // publishers' acknowledgements held by backpressure
+	waiters []*pendingAck // publishers' acknowledgements held by backpressure
 }
 
 func newSession(srv *Server, id string, v packet.Version) *session {
@@ -462,38 +462,34 @@ func (s *session) startFeedLocked(sub *subscription, msgs []*Message) {
 	s.pumpLocked()
 }
 
-// ackWaiter is a publisher's acknowledgement held until this session's
-// queue drains below its low-water mark.
-type ackWaiter struct {
-	c   *conn
-	t   packet.Type
-	pid uint16
-	rc  packet.ReasonCode
-}
-
 // holdAckLocked holds a publisher's acknowledgement while the session's
-// queue is above half its limit; it reports false (send it now) otherwise.
-func (s *session) holdAckLocked(w ackWaiter) bool {
+// queue is above half its limit; it reports false (no need to wait)
+// otherwise. A held acknowledgement is released (p.unblock) when the queue
+// drains below half, or when the session ends.
+func (s *session) holdAckLocked(p *pendingAck) bool {
 	if s.ended || s.queue.len() < s.srv.opts.MaxQueuedMessages/2 {
 		return false
 	}
-	s.waiters = append(s.waiters, w)
+	s.waiters = append(s.waiters, p)
 	s.srv.stats.acksHeld.Add(1)
 	return true
 }
 
-// releaseWaitersLocked sends the held acknowledgements once the queue is
+// releaseWaitersLocked releases the held acknowledgements once the queue is
 // below half its limit, or at once with force (the session is ending).
 func (s *session) releaseWaitersLocked(force bool) {
 	if len(s.waiters) == 0 || (!force && s.queue.len() >= s.srv.opts.MaxQueuedMessages/2) {
 		return
 	}
-	for _, w := range s.waiters {
-		w.c.writeAck(w.t, w.pid, w.rc)
-		w.c.signal()
-	}
-	clear(s.waiters)
-	s.waiters = s.waiters[:0]
+	// Released outside this session's lock: writing an acknowledgement
+	// may take a session lock (a SUBACK queued behind it).
+	released := s.waiters
+	s.waiters = nil
+	go func() {
+		for _, p := range released {
+			p.unblock()
+		}
+	}()
 }
 
 // resumeLocked runs when a client reconnects to an existing session: it
