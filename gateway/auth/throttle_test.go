@@ -1,0 +1,123 @@
+package auth
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeNow is a clock the test moves by hand.
+type fakeNow struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (f *fakeNow) now() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.t }
+func (f *fakeNow) add(d time.Duration) {
+	f.mu.Lock()
+	f.t = f.t.Add(d)
+	f.mu.Unlock()
+}
+
+func TestThrottleSpacing(t *testing.T) {
+	clock := &fakeNow{t: time.Unix(1e9, 0)}
+	th := newThrottle(3, time.Second, 4*time.Second, time.Minute, 16, clock.now)
+	far := clock.now().Add(time.Hour)
+	start := clock.now()
+	for i := range 3 {
+		if slot, ok := th.reserve("a", far); !ok || !slot.Equal(start) {
+			t.Fatalf("attempt %d within the free failures waits until %v", i, slot.Sub(start))
+		}
+		th.failed("a")
+	}
+	// From here on the slots are spaced out, doubling up to the cap,
+	// whether the attempts come one after the other or all at once.
+	var got []time.Duration
+	for range 5 {
+		slot, ok := th.reserve("a", far)
+		if !ok {
+			t.Fatal("refused with a distant limit")
+		}
+		got = append(got, slot.Sub(start))
+		th.failed("a")
+	}
+	// Each slot is booked with the delay of the failures counted so far:
+	// 1s after 3, 2s after 4, 4s (the cap) after 5 and more.
+	want := []time.Duration{0, 1 * time.Second, 3 * time.Second, 7 * time.Second, 11 * time.Second}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("slots %v, want %v", got, want)
+	}
+	// Another address is not held up.
+	if slot, ok := th.reserve("b", far); !ok || !slot.Equal(start) {
+		t.Error("another address waits")
+	}
+	// A limit closer than the next slot refuses without booking it.
+	next, _ := th.reserve("a", far)
+	if _, ok := th.reserve("a", start.Add(time.Second)); ok {
+		t.Error("a slot beyond the limit was granted")
+	}
+	after, _ := th.reserve("a", far)
+	if after.Sub(next) != 4*time.Second {
+		t.Errorf("a refused attempt booked a slot: %v then %v", next.Sub(start), after.Sub(start))
+	}
+	// Success forgets the address.
+	th.succeeded("a")
+	if slot, _ := th.reserve("a", far); !slot.Equal(start) {
+		t.Error("success did not clear the address")
+	}
+}
+
+func TestThrottleForgets(t *testing.T) {
+	clock := &fakeNow{t: time.Unix(1e9, 0)}
+	th := newThrottle(1, time.Second, time.Second, time.Minute, 16, clock.now)
+	th.failed("a")
+	th.failed("a")
+	th.reserve("a", clock.now().Add(time.Hour))
+	if slot, _ := th.reserve("a", clock.now().Add(time.Hour)); !slot.After(clock.now()) {
+		t.Fatal("not throttled")
+	}
+	clock.add(2 * time.Minute)
+	if slot, _ := th.reserve("a", clock.now().Add(time.Hour)); !slot.Equal(clock.now()) {
+		t.Error("failures older than ForgetAfter still count")
+	}
+}
+
+// TestThrottleBounded checks that the memory of failures stays bounded
+// however many addresses fail, the least recent forgotten first.
+func TestThrottleBounded(t *testing.T) {
+	clock := &fakeNow{t: time.Unix(1e9, 0)}
+	th := newThrottle(0, time.Second, time.Second, time.Hour, 100, clock.now)
+	th.failed("old")
+	for i := range 10_000 {
+		th.failed(fmt.Sprintf("10.0.%d.%d", i/256, i%256))
+		if n := th.len(); n > 100 {
+			t.Fatalf("%d addresses remembered, cap 100", n)
+		}
+	}
+	if _, ok := th.entries["old"]; ok {
+		t.Error("the least recently seen address was kept")
+	}
+	if d := th.delay(1000); d != time.Second {
+		t.Errorf("delay after 1000 failures %v, want the cap", d)
+	}
+}
+
+func TestThrottleKey(t *testing.T) {
+	for _, tc := range []struct {
+		addr net.Addr
+		want string
+	}{
+		{&net.TCPAddr{IP: net.ParseIP("10.1.2.3"), Port: 5}, "10.1.2.3"},
+		{&net.TCPAddr{IP: net.ParseIP("::ffff:10.1.2.3"), Port: 5}, "10.1.2.3"},
+		{&net.TCPAddr{IP: net.ParseIP("2001:db8:1:2:3:4:5:6"), Port: 5}, "2001:db8:1:2::/64"},
+		{&net.TCPAddr{IP: net.ParseIP("2001:db8:1:2:ffff::1"), Port: 9}, "2001:db8:1:2::/64"},
+		{&net.UnixAddr{Name: "/run/x", Net: "unix"}, "unix:/run/x"},
+		{nil, ""},
+	} {
+		if got := throttleKey(tc.addr); got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.addr, got, tc.want)
+		}
+	}
+}
