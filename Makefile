@@ -6,7 +6,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 DATA_DIR ?= ./data
 FUZZTIME ?= 60s
 
-.PHONY: run build test vet fuzz bench bench-compare cross clean test-arm systemd-check dist dist-check sdimage-smoke
+.PHONY: run build test vet fuzz bench bench-compare cross clean test-arm systemd-check dist dist-check sdimage-smoke appliance-test
 
 ## run: build and start a standalone broker on :1883 with its data in ./data
 run: build
@@ -102,3 +102,10 @@ dist-check:
 SDIMAGE_BOARD ?= rpi4_64
 sdimage-smoke: cross
 	scripts/appliance/sdimage-smoke.sh $(BIN)/linux-arm64/linemq $(SDIMAGE_BOARD)
+
+## appliance-test: the arm64 build booted under qemu-system-aarch64 -M virt
+## (Debian's arm64 kernel, cached; busybox initramfs): /readyz, status page,
+## MQTT round trip and a shared group through hostfwd ports, then softdog
+## resets for a hung broker and for a failing health check
+appliance-test: cross
+	scripts/appliance/appliance-test.sh $(BIN)/linux-arm64/linemq

@@ -1,0 +1,235 @@
+#!/bin/bash
+# appliance-test.sh BINARY
+#
+# Boots the arm64 linemq for real under qemu-system-aarch64 -M virt with
+# Debian's arm64 kernel and an initramfs whose init (busybox) loads the
+# virtio-net and softdog modules, configures the network and starts linemq
+# with the appliance's factory configuration plus the kernel watchdog
+# (softdog, 5 s). From the host, through hostfwd ports on 127.0.0.1 (the
+# guest's user-mode network is restricted: it reaches nothing outside):
+#   1. /readyz answers 200 and the status page is served;
+#   2. an MQTT publish/subscribe round trip, and a shared subscription
+#      ($share/g/...) with two members that splits six messages between
+#      them, each delivered once;
+#   3. the watchdog path, through a test-only control in the guest (a port
+#      the init listens on): it freezes linemq (SIGSTOP, a hung process),
+#      and softdog resets the guest, which -no-reboot turns into QEMU
+#      exiting;
+#   4. the health gate, after a second boot: the control fills the data
+#      partition while a persistent session needs its messages stored; the
+#      storage check fails, /readyz answers 503 with the reason, linemq
+#      stops feeding the watchdog and softdog resets the guest.
+# The kernel and busybox come from Debian's arm64 packages (apt-get
+# download after dpkg --add-architecture arm64), cached in
+# $LINEMQ_APPLIANCE_CACHE (default ~/.cache/linemq-appliance).
+# Needs qemu-system-arm, cpio, curl, mosquitto-clients.
+set -euo pipefail
+
+bin=$(realpath "${1:?usage: appliance-test.sh BINARY}")
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cache=${LINEMQ_APPLIANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/linemq-appliance}
+work=$(mktemp -d /tmp/linemq-appliance.XXXXXX)
+qpid=
+cleanup() {
+	if [ -n "$qpid" ] && kill -0 "$qpid" 2>/dev/null; then kill "$qpid"; fi
+	jobs -p | xargs -r kill 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+step() { echo "== $*"; }
+fail() {
+	echo "appliance-test: FAIL: $*"
+	echo "--- guest console (last 40 lines)"
+	tail -40 "$work/console.log" 2>/dev/null || true
+	exit 1
+}
+
+# --- the kernel and busybox, from Debian's arm64 packages (cached)
+if [ ! -f "$cache/ok" ]; then
+	step "fetching Debian's arm64 kernel and busybox into $cache"
+	dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
+	apt-get update -qq
+	kpkg=$(apt-cache depends linux-image-arm64:arm64 | sed -n 's/^ *Depends: \(linux-image-[^:]*-arm64\).*/\1/p' | head -1)
+	[ -n "$kpkg" ] || fail "no linux-image-*-arm64 package found"
+	rm -rf "$cache"
+	mkdir -p "$cache/deb"
+	(
+		cd "$cache/deb"
+		apt-get download "$kpkg:arm64" busybox-static:arm64 2>&1 | grep -v '^W: Download is performed unsandboxed' || true
+	)
+	mkdir -p "$cache/x"
+	for d in "$cache"/deb/*.deb; do dpkg -x "$d" "$cache/x"; done
+	ver=$(ls "$cache/x/lib/modules")
+	cp "$cache/x/boot/vmlinuz-$ver" "$cache/vmlinuz"
+	mkdir -p "$cache/modules"
+	for m in failover net_failover virtio_mmio virtio_net softdog; do
+		find "$cache/x/lib/modules/$ver" -name "$m.ko" -exec cp {} "$cache/modules/" \;
+	done
+	cp "$cache/x/bin/busybox" "$cache/busybox"
+	echo "$kpkg" >"$cache/kernel-package"
+	rm -rf "$cache/x" "$cache/deb"
+	touch "$cache/ok"
+fi
+step "kernel $(cat "$cache/kernel-package"), busybox $(file -b "$cache/busybox" 2>/dev/null | cut -d, -f1-2 || echo static)"
+
+# --- the initramfs
+step "initramfs: busybox, modules, linemq, the appliance configuration"
+root=$work/root
+mkdir -p "$root"/{bin,dev,proc,sys,tmp,run,etc/linemq,lib/modules,usr/bin,var/lib/linemq}
+cp "$cache/busybox" "$root/bin/busybox"
+cp "$cache"/modules/*.ko "$root/lib/modules/"
+install -m 0755 "$bin" "$root/usr/bin/linemq"
+# The factory configuration, plus the kernel watchdog the way a board
+# without systemd's RuntimeWatchdogSec= would use it: softdog, 5 s.
+cp "$repo/buildroot/board/linemq/common/rootfs-overlay/etc/linemq/linemq.yaml" "$root/etc/linemq/linemq.yaml"
+printf '  watchdog: {device: /dev/watchdog, timeout: 5s}\n' >>"$root/etc/linemq/linemq.yaml"
+tail -4 "$root/etc/linemq/linemq.yaml" | sed 's/^/  | /'
+cat >"$root/init" <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin:/usr/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mount -t tmpfs -o size=64m,mode=0750 tmpfs /var/lib/linemq
+for m in failover net_failover virtio_mmio virtio_net softdog; do
+	insmod /lib/modules/$m.ko || echo "appliance-init: insmod $m failed"
+done
+ip link set lo up
+ip link set eth0 up
+ip addr add 10.0.2.15/24 dev eth0
+ip route add default via 10.0.2.2
+hostname linemq-qemu
+echo "appliance-init: $(uname -r), $(ls /dev/watchdog* | tr '\n' ' ')"
+/usr/bin/linemq -config /etc/linemq/linemq.yaml -data-dir /var/lib/linemq &
+pid=$!
+echo "appliance-init: linemq pid $pid"
+# The test-only control: one word per connection on port 7000.
+while true; do
+	cmd=$(nc -l -p 7000 | head -1)
+	case $cmd in
+	freeze)
+		echo "appliance-init: freezing linemq (SIGSTOP): nothing feeds the watchdog now"
+		kill -STOP "$pid"
+		;;
+	fill)
+		dd if=/dev/zero of=/var/lib/linemq/fill bs=1M 2>/dev/null
+		echo "appliance-init: data partition full: $(df -k /var/lib/linemq | tail -1)"
+		;;
+	*) echo "appliance-init: unknown control '$cmd'" ;;
+	esac
+done
+INIT
+chmod 0755 "$root/init"
+(cd "$root" && find . | cpio -o -H newc --quiet) | gzip -1 >"$work/initrd.gz"
+echo "  initrd $(du -h "$work/initrd.gz" | cut -f1)"
+
+# --- boot
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+elapsed() { echo "$(date +%s.%N) $start" | awk '{ printf "%.1f", $1 - $2 }'; }
+boot() {
+	mqtt=$(free_port)
+	http=$(free_port)
+	ctl=$(free_port)
+	step "booting: qemu-system-aarch64 -M virt (MQTT 127.0.0.1:$mqtt, HTTP 127.0.0.1:$http, control 127.0.0.1:$ctl)"
+	start=$(date +%s.%N)
+	qemu-system-aarch64 -M virt -cpu cortex-a53 -smp 2 -m 512 -nographic -no-reboot \
+		-kernel "$cache/vmlinuz" -initrd "$work/initrd.gz" \
+		-append "console=ttyAMA0 panic=-1 loglevel=4" \
+		-netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$mqtt-:1883,hostfwd=tcp:127.0.0.1:$http-:8080,hostfwd=tcp:127.0.0.1:$ctl-:7000" \
+		-device virtio-net-device,netdev=n0 \
+		</dev/null >"$work/console.log" 2>&1 &
+	qpid=$!
+	local deadline=$((SECONDS + ${APPLIANCE_BOOT_TIMEOUT:-120}))
+	until curl -fsS -o /dev/null "http://127.0.0.1:$http/readyz" 2>/dev/null; do
+		kill -0 "$qpid" 2>/dev/null || fail "QEMU exited during boot"
+		[ $SECONDS -lt $deadline ] || fail "no /readyz within ${APPLIANCE_BOOT_TIMEOUT:-120} s"
+		sleep 0.5
+	done
+	echo "  ready after $(elapsed) s"
+}
+control() { # a word for the guest's test-only control port
+	exec 3<>"/dev/tcp/127.0.0.1/$ctl"
+	echo "$1" >&3
+	sleep 1
+	exec 3>&-
+}
+wait_reset() { # the guest must be reset by softdog within 30 s
+	local t0=$SECONDS deadline=$((SECONDS + 30))
+	while kill -0 "$qpid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+	kill -0 "$qpid" 2>/dev/null && fail "the guest was not reset within 30 s"
+	wait "$qpid" || true
+	qpid=
+	grep -q 'softdog: Initiating system reboot' "$work/console.log" || fail "QEMU exited, but not by softdog"
+	reset_after=$((SECONDS - t0))
+}
+
+boot
+grep -E 'appliance-init|msg=ready|msg="hardware|watchdog' "$work/console.log" | sed 's/^/  | /' | cut -c1-200
+
+step "/readyz and the status page"
+code=$(curl -s -o "$work/readyz" -w '%{http_code}' "http://127.0.0.1:$http/readyz")
+[ "$code" = 200 ] || fail "/readyz answered $code"
+echo "  /readyz: $code $(head -c 200 "$work/readyz" | tr '\n' ' ')"
+code=$(curl -s -o "$work/status.html" -w '%{http_code}' "http://127.0.0.1:$http/")
+if [ "$code" != 200 ] || ! grep -qi linemq "$work/status.html"; then fail "status page answered $code"; fi
+echo "  /: $code, $(wc -c <"$work/status.html") bytes, title: $(sed -n 's/.*<title>\(.*\)<\/title>.*/\1/p' "$work/status.html" | head -1)"
+
+step "MQTT round trip through the hostfwd port"
+mosquitto_sub -h 127.0.0.1 -p "$mqtt" -V 5 -q 1 -i rt-sub -t appliance/rt -C 1 -W 30 >"$work/rt" &
+rtsub=$!
+sleep 1
+mosquitto_pub -h 127.0.0.1 -p "$mqtt" -V 5 -q 1 -i rt-pub -t appliance/rt -m "hello from the host"
+wait "$rtsub" || fail "round trip: nothing received"
+[ "$(cat "$work/rt")" = "hello from the host" ] || fail "round trip: got '$(cat "$work/rt")'"
+echo "  appliance/rt: sent and received \"$(cat "$work/rt")\""
+
+step "shared subscription: \$share/workers/appliance/jobs, two members, six messages"
+for m in 1 2; do
+	mosquitto_sub -h 127.0.0.1 -p "$mqtt" -V 5 -q 1 -i "worker-$m" -t "\$share/workers/appliance/jobs" -W 20 >"$work/w$m" 2>/dev/null &
+done
+sleep 2
+for i in 1 2 3 4 5 6; do
+	mosquitto_pub -h 127.0.0.1 -p "$mqtt" -V 5 -q 1 -i job-pub -t appliance/jobs -m "job-$i"
+done
+deadline=$((SECONDS + 20))
+while [ "$(cat "$work/w1" "$work/w2" | wc -l)" -lt 6 ] && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+sleep 0.5
+n1=$(wc -l <"$work/w1")
+n2=$(wc -l <"$work/w2")
+dups=$(cat "$work/w1" "$work/w2" | sort | uniq -d | wc -l)
+echo "  worker-1 got $n1 ($(tr '\n' ' ' <"$work/w1")), worker-2 got $n2 ($(tr '\n' ' ' <"$work/w2"))"
+if [ $((n1 + n2)) -ne 6 ] || [ "$dups" -ne 0 ]; then
+	fail "shared group: want 6 messages, each once; got $n1 + $n2, $dups duplicated"
+fi
+if [ "$n1" -eq 0 ] || [ "$n2" -eq 0 ]; then fail "shared group: one member got nothing"; fi
+
+step "watchdog: freeze linemq (a hung process), softdog must reset the guest"
+control freeze
+wait_reset
+grep -E 'freezing|softdog' "$work/console.log" | sed 's/^/  | /' | cut -c1-160
+echo "  reset by softdog ${reset_after} s after the freeze (timeout 5 s); QEMU exited (-no-reboot)"
+
+step "health gate: fill the data partition, storage fails, feeding stops, softdog resets"
+boot
+# A persistent session whose messages must be stored, then the disk fills.
+mosquitto_sub -h 127.0.0.1 -p "$mqtt" -V 5 -q 1 -c -x 3600 -i keeper -t appliance/keep -W 2 >/dev/null 2>&1 || true
+t_fill=$SECONDS
+control fill
+for i in $(seq 1 20); do
+	head -c 200000 /dev/zero | tr '\0' x |
+		mosquitto_pub -h 127.0.0.1 -p "$mqtt" -V 5 -q 1 -i filler -t appliance/keep -s >/dev/null 2>&1 || true
+	kill -0 "$qpid" 2>/dev/null || break
+	if grep -q 'not feeding' "$work/console.log"; then break; fi
+done
+readyz=$(curl -s --max-time 2 -w ' (%{http_code})' "http://127.0.0.1:$http/readyz" 2>/dev/null | tr '\n' ' ' || true)
+wait_reset
+grep -E 'data partition full|health: failed|not feeding|softdog' "$work/console.log" | sed 's/^/  | /' | cut -c1-220
+grep -q 'not feeding' "$work/console.log" || fail "linemq did not stop feeding the watchdog"
+echo "  /readyz while failing: ${readyz:-no answer}"
+echo "  reset by softdog $((SECONDS - t_fill)) s after the data partition was filled; QEMU exited (-no-reboot)"
+
+echo
+echo "appliance-test: boot, /readyz, status page, MQTT round trip, shared group, watchdog reset of a hung broker and of a failing health check passed"
