@@ -36,6 +36,7 @@ type GroupStats struct {
 // MemberStats is one member of a share group.
 type MemberStats struct {
 	ClientID     string
+	Node         string // the node holding the member's session; "" for this node
 	Connected    bool
 	Delivered    uint64        // messages this group handed to the member
 	InFlight     int           // of this group's, unacknowledged
@@ -92,7 +93,13 @@ func (g *shareGroup) snapshot(now time.Time) GroupStats {
 	gs.Degraded = len(members) < g.policy.MinMembers
 	for _, m := range members {
 		sub := m.Value
-		ms := sub.sess.groupStats(g, now)
+		var ms MemberStats
+		if sub.remote != nil {
+			// Another node's: only it knows the member's queues.
+			ms = MemberStats{Node: sub.remote.Node, Connected: true}
+		} else {
+			ms = sub.sess.groupStats(g, now)
+		}
 		ms.ClientID = m.ID
 		ms.Delivered = sub.delivered.Load()
 		gs.Queued += ms.Queued

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 
@@ -166,6 +167,7 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 
 	rc := packet.Success
 	var wait *session
+	var remote *remoteWait
 	// The message is made before the authorisation check so that the check
 	// gets its topic as a string without another allocation.
 	m := newMessage(p, name, c.clientID, c.srv.clock.Now())
@@ -196,18 +198,20 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 		}
 		wait = r.congested
 		r.congested = nil
+		remote = r.remote
+		r.remote = nil
 	}
 	if !v5 && rc.IsError() {
 		rc = packet.Success // 3.1.1 has no negative acknowledgement
 	}
 	switch p.QoS {
 	case 1:
-		c.held = append(c.held, heldAck{t: packet.PUBACK, pid: p.PacketID, rc: rc, wait: wait})
+		c.held = append(c.held, heldAck{t: packet.PUBACK, pid: p.PacketID, rc: rc, wait: wait, remote: remote})
 	case 2:
 		if rc.IsError() {
 			c.forgetInbound(p.PacketID)
 		}
-		c.held = append(c.held, heldAck{t: packet.PUBREC, pid: p.PacketID, rc: rc, wait: wait})
+		c.held = append(c.held, heldAck{t: packet.PUBREC, pid: p.PacketID, rc: rc, wait: wait, remote: remote})
 	}
 	return nil
 }
@@ -215,11 +219,12 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 // heldAck is a PUBACK or PUBREC waiting for the end of the read: the
 // acknowledgement goes out only once what it acknowledges is durable.
 type heldAck struct {
-	t     packet.Type // PUBACK, PUBREC, SUBACK or UNSUBACK
-	pid   uint16
-	rc    packet.ReasonCode
-	wait  *session   // a congested share-group member to wait for, or nil
-	reply *heldReply // a SUBACK's or UNSUBACK's reasons, nil otherwise
+	t      packet.Type // PUBACK, PUBREC, SUBACK or UNSUBACK
+	pid    uint16
+	rc     packet.ReasonCode
+	wait   *session    // a congested share-group member to wait for, or nil
+	remote *remoteWait // directed deliveries to other nodes to wait for, or nil
+	reply  *heldReply  // a SUBACK's or UNSUBACK's reasons, nil otherwise
 }
 
 // errStoreFailed ends a 3.1.1 connection whose publish could not be made
@@ -271,7 +276,7 @@ func (c *conn) sendAcks(held []heldAck, err error) {
 				c.forgetInbound(a.pid)
 			}
 		}
-		if a.reply != nil || (a.wait != nil && !a.rc.IsError()) {
+		if a.reply != nil || a.remote != nil || (a.wait != nil && !a.rc.IsError()) {
 			simple = false
 		}
 	}
@@ -299,6 +304,13 @@ func (c *conn) sendAcks(held []heldAck, err error) {
 			}
 			s.mu.Unlock()
 		}
+		if a.remote != nil {
+			a.remote.hold(p)
+		}
+		if a.reply != nil && len(a.reply.regs) > 0 && err == nil {
+			p.blocked.Add(1)
+			go p.awaitRegistrations()
+		}
 		ps = append(ps, p)
 	}
 	c.ackMu.Lock()
@@ -316,6 +328,20 @@ type pendingAck struct {
 	a       heldAck
 	err     error // the Store's failure, for SUBACK and UNSUBACK
 	blocked atomic.Int32
+}
+
+// awaitRegistrations waits, bounded, for the cluster to register what a
+// SUBSCRIBE or UNSUBSCRIBE changed, then lets its reply go.
+func (p *pendingAck) awaitRegistrations() {
+	ctx, cancel := context.WithTimeout(context.Background(), ClusterRegisterTimeout)
+	defer cancel()
+	for _, reg := range p.a.reply.regs {
+		if err := reg.Wait(ctx); err != nil {
+			p.c.srv.log.Warn("subscription not registered with the cluster in time", "client", p.c.clientID, "err", err)
+			break
+		}
+	}
+	p.unblock()
 }
 
 // unblock lifts one of the things p waits for, and writes every

@@ -221,6 +221,9 @@ func (srv *Server) endSession(sess *session) {
 
 	for _, sub := range subs {
 		srv.removeSubscription(sub)
+		if cl := srv.opts.Cluster; cl != nil {
+			cl.Unsubscribed(sess.id, sub.filter)
+		}
 	}
 	// Whatever share-group messages are left (their group may have been
 	// left above) go to the remaining members of their groups.

@@ -43,6 +43,11 @@ type Message struct {
 	topicBytes  []byte
 	originBytes []byte
 
+	// fromPeer is set on a message another node forwarded or delivered:
+	// it reaches local subscribers only, never a group pick and never
+	// another node.
+	fromPeer bool
+
 	// id names the message in the Store once it is queued to a persistent
 	// session, so that its body is stored once however many sessions it
 	// is queued to. 0 until then.
@@ -58,6 +63,17 @@ func (m *Message) clone() *Message {
 		CorrelationData: m.CorrelationData, User: m.User, Expires: m.Expires, Created: m.Created,
 		Origin: m.Origin, props: m.props, topicBytes: m.topicBytes, originBytes: m.originBytes,
 	}
+}
+
+// Clone returns a copy of m for another broker (in tests, a node of a
+// cluster in the same process: what the network would carry).
+func (m *Message) Clone() *Message {
+	b := m.AppendBinary(nil)
+	c, err := UnmarshalMessage(b)
+	if err != nil {
+		panic(err) // a message always decodes what it encoded
+	}
+	return c
 }
 
 // storeID returns the message's Store id, taking the next one from next

@@ -139,6 +139,10 @@ type Options struct {
 	// Store persists sessions and retained messages. Nil keeps them in memory.
 	Store Store
 
+	// Cluster connects the broker to the other nodes of a cluster. Nil is
+	// a single node.
+	Cluster Cluster
+
 	// Events receives lifecycle events. Nil discards them.
 	Events Events
 

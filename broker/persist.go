@@ -232,4 +232,7 @@ func (srv *Server) restoreSubscription(s *session, sr SubscriptionRecord) {
 		srv.subs.Add(tf, sub)
 	}
 	s.subs[sr.Filter] = sub
+	if cl := srv.opts.Cluster; cl != nil {
+		cl.Subscribed(s.id, sr.Filter, sr.QoS)
+	}
 }

@@ -4,10 +4,12 @@ package broker
 // reuses its scratch space, so routing does not allocate in steady state.
 type router struct {
 	owner     *conn
-	persisted bool     // a delivery wrote to the Store since the last reset
-	matched   bool     // the last message matched a subscription or a group
-	refused   bool     // a session or group refused a message (queue full) since the last reset
-	congested *session // a member past its high-water mark since the last reset
+	persisted bool        // a delivery wrote to the Store since the last reset
+	matched   bool        // the last message matched a subscription or a group
+	refused   bool        // a session or group refused a message (queue full) since the last reset
+	remote    *remoteWait // directed deliveries to other nodes of the last message, or nil
+	nodes     []string    // scratch: the nodes a message was forwarded to
+	congested *session    // a member past its high-water mark since the last reset
 	targets   []target
 	index     map[*session]int
 	touched   map[*conn]struct{}
@@ -87,6 +89,15 @@ func (r *router) route(srv *Server, m *Message, from *conn) int {
 	}
 	r.matched = len(r.targets) > 0
 	clear(r.targets)
+	if m.fromPeer {
+		// The node that received it picked from the groups and forwarded
+		// it; it goes no further from here.
+		srv.stats.msgsRouted.Add(uint64(n))
+		return n
+	}
+	if srv.opts.Cluster != nil {
+		r.forwardRemote(srv, m)
+	}
 	for _, g := range srv.shares.Match(m.topicBytes) {
 		r.matched = true
 		if g.dispatch(m, r) {

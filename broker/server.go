@@ -36,6 +36,7 @@ type Server struct {
 	groups   map[groupKey]*shareGroup
 
 	retained retainedStore
+	clusterState
 
 	// Decode and encode structs are borrowed per read and per send rather
 	// than kept in every connection: an idle connection then holds none.
@@ -72,6 +73,8 @@ func New(opts Options) (*Server, error) {
 		shares:    topic.NewIndex[*shareGroup](0),
 		groups:    make(map[groupKey]*shareGroup),
 	}
+	s.routes = make(map[remoteRoute]*remoteRoute)
+	s.remote = topic.NewIndex[*remoteRoute](0)
 	s.scratch.New = func() any { return new(scratch) }
 	s.outPubs.New = func() any { return new(packet.Publish) }
 	if o.Store != nil {

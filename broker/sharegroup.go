@@ -129,11 +129,12 @@ type shareGroup struct {
 	key    groupKey
 	policy GroupPolicy
 
-	mu     sync.Mutex // guards g and qos; taken before any member's session mu
-	g      *share.Group[*subscription]
-	qos    byte // QoS of the message being picked for, read by accept
-	accept func(share.Member[*subscription]) share.Verdict
-	ended  bool
+	mu      sync.Mutex // guards g and qos; taken before any member's session mu
+	g       *share.Group[*subscription]
+	qos     byte // QoS of the message being picked for, read by accept
+	accept  func(share.Member[*subscription]) share.Verdict
+	exclude []string // members a repick must pass over (their delivery failed)
+	ended   bool
 
 	backpressure bool // hold publishers' acks instead of dropping (see ShareOptions.Overload)
 
@@ -151,6 +152,22 @@ func newShareGroup(srv *Server, key groupKey, opts *ShareOptions) *shareGroup {
 	// One closure per group, made once, so that Pick does not allocate one
 	// per message.
 	g.accept = func(m share.Member[*subscription]) share.Verdict {
+		if m.Value.remote != nil {
+			for _, id := range g.exclude {
+				if id == m.ID {
+					return share.Skip
+				}
+			}
+			if srv.opts.Cluster == nil || !srv.opts.Cluster.Available(m.Value.remote.Node) {
+				return share.Skip
+			}
+			return share.Take // its node has the window; a refusal comes back as an error
+		}
+		for _, id := range g.exclude {
+			if id == m.ID {
+				return share.Skip
+			}
+		}
 		return m.Value.sess.verdict(min(g.qos, m.Value.qos), !g.backpressure)
 	}
 	return g
@@ -178,12 +195,22 @@ func (g *shareGroup) dispatch(m *Message, r *router) bool {
 			return false
 		}
 		g.qos = m.QoS
-		mem, ok := g.g.Pick(share.Key{ClientID: m.originBytes, Topic: m.topicBytes}, g.accept)
+		mem, ok := g.g.Pick(shareKey(m), g.accept)
 		g.mu.Unlock()
 		if !ok {
 			break
 		}
 		sub := mem.Value
+		if sub.remote != nil {
+			if r.remote == nil {
+				r.remote = &remoteWait{}
+			}
+			r.remote.add()
+			g.delivered.Add(1)
+			sub.delivered.Add(1)
+			g.deliverRemote(m, sub, r.remote, nil)
+			return true
+		}
 		var ids subIDs
 		ids.add(sub.id)
 		res := sub.sess.deliver(m, min(m.QoS, sub.qos), m.Retain && sub.retainAsPublished, &ids, g)
@@ -214,17 +241,18 @@ func (srv *Server) joinGroup(name, filter string, sub *subscription) packet.Reas
 	if g == nil {
 		g = newShareGroup(srv, key, &srv.opts.Shares)
 	}
-	if allowed := g.policy.AllowedClients; len(allowed) > 0 && !matchAny(allowed, sub.sess.id) {
-		srv.log.Warn("client refused by share group contract", "client", sub.sess.id, "group", name, "filter", filter)
+	id := sub.clientID()
+	if allowed := g.policy.AllowedClients; len(allowed) > 0 && !matchAny(allowed, id) {
+		srv.log.Warn("client refused by share group contract", "client", id, "group", name, "filter", filter)
 		return packet.NotAuthorized
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if _, member := g.g.Get(sub.sess.id); !member && g.policy.MaxMembers > 0 && g.g.Len() >= g.policy.MaxMembers {
-		srv.log.Warn("share group full", "client", sub.sess.id, "group", name, "max", g.policy.MaxMembers)
+	if _, member := g.g.Get(id); !member && g.policy.MaxMembers > 0 && g.g.Len() >= g.policy.MaxMembers {
+		srv.log.Warn("share group full", "client", id, "group", name, "max", g.policy.MaxMembers)
 		return packet.QuotaExceeded
 	}
-	g.g.Join(share.Member[*subscription]{ID: sub.sess.id, Local: true, Value: sub})
+	g.g.Join(share.Member[*subscription]{ID: id, Local: sub.remote == nil, Value: sub})
 	sub.group = g
 	if srv.groups[key] == nil {
 		srv.groups[key] = g
@@ -239,8 +267,8 @@ func (srv *Server) leaveGroup(sub *subscription) {
 	srv.groupsMu.Lock()
 	defer srv.groupsMu.Unlock()
 	g.mu.Lock()
-	if m, ok := g.g.Get(sub.sess.id); ok && m.Value == sub {
-		g.g.Leave(sub.sess.id)
+	if m, ok := g.g.Get(sub.clientID()); ok && m.Value == sub {
+		g.g.Leave(sub.clientID())
 	}
 	empty := g.g.Len() == 0
 	if empty {
@@ -268,6 +296,11 @@ func (srv *Server) redispatch(ds []delivery) {
 		d.group.dispatch(d.msg, &r)
 	}
 	r.flush()
+}
+
+// shareKey is what the hash strategies hash for m.
+func shareKey(m *Message) share.Key {
+	return share.Key{ClientID: m.originBytes, Topic: m.topicBytes}
 }
 
 func matchAny(patterns []string, s string) bool {

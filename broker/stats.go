@@ -16,6 +16,10 @@ type counters struct {
 	droppedQoS0      atomic.Uint64
 	droppedQueueFull atomic.Uint64
 	refusedQueueFull atomic.Uint64
+	clusterForwards  atomic.Uint64
+	clusterDelivers  atomic.Uint64
+	clusterRepicks   atomic.Uint64
+	clusterNotHere   atomic.Uint64
 	droppedTooLarge  atomic.Uint64
 	expired          atomic.Uint64
 	expiredSessions  atomic.Uint64
@@ -45,6 +49,10 @@ type Stats struct {
 	DroppedQoS0      uint64 // QoS 0 messages dropped for a slow or absent client
 	DroppedQueueFull uint64 // messages dropped from a full session queue (drop_oldest, QoS 0)
 	RefusedQueueFull uint64 // messages refused for a session whose queue was full (backpressure)
+	ClusterForwards  uint64 // messages forwarded to other nodes' ordinary subscribers (one per node)
+	ClusterDelivers  uint64 // directed deliveries to share-group members on other nodes
+	ClusterRepicks   uint64 // directed deliveries that failed and were picked again
+	ClusterNotHere   uint64 // directed deliveries from other nodes for a client not here
 	DroppedTooLarge  uint64 // messages larger than the client's Maximum Packet Size
 	Expired          uint64 // messages whose expiry passed before delivery
 	ExpiredSessions  uint64 // sessions ended by their expiry interval
@@ -82,6 +90,10 @@ func (srv *Server) Stats() Stats {
 		DroppedQoS0:      c.droppedQoS0.Load(),
 		DroppedQueueFull: c.droppedQueueFull.Load(),
 		RefusedQueueFull: c.refusedQueueFull.Load(),
+		ClusterForwards:  c.clusterForwards.Load(),
+		ClusterDelivers:  c.clusterDelivers.Load(),
+		ClusterRepicks:   c.clusterRepicks.Load(),
+		ClusterNotHere:   c.clusterNotHere.Load(),
 		DroppedTooLarge:  c.droppedTooLarge.Load(),
 		Expired:          c.expired.Load(),
 		ExpiredSessions:  c.expiredSessions.Load(),

@@ -23,6 +23,15 @@ type subscription struct {
 	group             *shareGroup // nil for ordinary subscriptions
 	groupName         string
 	delivered         atomic.Uint64 // messages its group handed to it
+	remote            *RemoteMember // a member on another node (sess is nil), or nil
+}
+
+// clientID is the id of the subscriber, local or remote.
+func (sub *subscription) clientID() string {
+	if sub.remote != nil {
+		return sub.remote.ClientID
+	}
+	return sub.sess.id
 }
 
 // handleSubscribe handles SUBSCRIBE: each filter is validated, authorised
@@ -92,6 +101,11 @@ func (c *conn) handleSubscribe(body []byte) error {
 			c.needSync = true // the SUBACK waits for the record to be durable
 		}
 		sess.mu.Unlock()
+		if cl := c.srv.opts.Cluster; cl != nil {
+			if reg := cl.Subscribed(c.clientID, sub.filter, sub.qos); reg != nil {
+				reply.regs = append(reply.regs, reg)
+			}
+		}
 	}
 	c.held = append(c.held, heldAck{t: packet.SUBACK, pid: p.PacketID, reply: reply})
 	return nil
@@ -102,6 +116,7 @@ func (c *conn) handleSubscribe(body []byte) error {
 type heldReply struct {
 	reasons []packet.ReasonCode
 	added   []addedSub
+	regs    []Registration // the cluster's registrations of the change
 }
 
 // addedSub is a subscription a SUBSCRIBE installed; at is its reason
@@ -186,6 +201,11 @@ func (c *conn) handleUnsubscribe(body []byte) error {
 		}
 		c.srv.removeSubscription(sub)
 		reply.reasons = append(reply.reasons, packet.Success)
+		if cl := c.srv.opts.Cluster; cl != nil {
+			if reg := cl.Unsubscribed(c.clientID, sub.filter); reg != nil {
+				reply.regs = append(reply.regs, reg)
+			}
+		}
 	}
 	c.held = append(c.held, heldAck{t: packet.UNSUBACK, pid: p.PacketID, reply: reply})
 	return nil

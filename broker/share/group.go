@@ -255,6 +255,26 @@ func (g *Group[M]) Pick(k Key, accept func(Member[M]) Verdict) (Member[M], bool)
 	return g.entries[g.cands[pos]].Member, true
 }
 
+// Repick chooses again for a message whose chosen member could not take it
+// after all (its node answered that the client is not there, or did not
+// answer), within the same pass: the cursor is not advanced, so the turn
+// passes to the member after the one that failed, and accept must answer
+// Skip for the members already tried.
+func (g *Group[M]) Repick(k Key, accept func(Member[M]) Verdict) (Member[M], bool) {
+	cursor, remote := g.cursor, g.remoteCursor
+	// Start where the last pick started: the member that failed there is
+	// skipped, so the walk goes on to the next in turn.
+	if g.cursor > 0 {
+		g.cursor--
+	}
+	if g.remoteCursor > 0 {
+		g.remoteCursor--
+	}
+	m, ok := g.Pick(k, accept)
+	g.cursor, g.remoteCursor = cursor, remote
+	return m, ok
+}
+
 // next returns the round-robin start position over size candidates and
 // advances the cursor by one, whatever happens to the message afterwards:
 // members passed over do not consume turns, so the rotation stays even.

@@ -1,0 +1,323 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/linemq/linemq/broker/packet"
+	"github.com/linemq/linemq/broker/topic"
+)
+
+// Cluster is what the broker needs from the other nodes of a cluster. A nil
+// Cluster is a single node. The broker calls it on the publish path, so its
+// methods must answer from memory and leave the network to other
+// goroutines.
+//
+// What the broker knows of the other nodes is pushed into it by the
+// cluster's glue, from its registry copy: remote members of share groups
+// (Server.SetRemoteMember) and the filters of other nodes' ordinary
+// subscribers (Server.SetRemoteRoute). What arrives from other nodes comes
+// in through Server.ForwardFrom and Server.DeliverFrom.
+type Cluster interface {
+	// Forward sends m to node, which has ordinary subscribers matching it.
+	// It is called at most once per node per message and never for a
+	// message that came from another node. Delivery is best effort: a node
+	// that is down cannot be replaced.
+	Forward(node string, m *Message)
+
+	// Deliver sends m to one member of a share group on another node and
+	// calls done exactly once, from any goroutine: nil when that node
+	// accepted it (queued to the session, and stored if the session is
+	// persistent), or an error (the client is not there, the node is
+	// unreachable, no answer in time). On an error the broker picks
+	// another member.
+	Deliver(to RemoteMember, m *Message, done func(error))
+
+	// Available reports whether node can take deliveries now; the members
+	// of a node that cannot are passed over at once. It is called once per
+	// remote candidate of a pick, so it must be cheap (an atomic load).
+	Available(node string) bool
+
+	// Subscribed and Unsubscribed announce a change of this node's
+	// subscriptions (filter as subscribed, $share prefix included). The
+	// Registration returned, if not nil, completes once the other nodes
+	// can see the change: the SUBACK waits for it, at most
+	// ClusterRegisterTimeout.
+	Subscribed(clientID, filter string, qos byte) Registration
+	Unsubscribed(clientID, filter string) Registration
+}
+
+// Registration is a change of this node's subscriptions on its way to the
+// other nodes.
+type Registration interface {
+	// Wait blocks until the change is visible to the other nodes or ctx
+	// ends.
+	Wait(ctx context.Context) error
+}
+
+// RemoteMember is a member of a share group whose session is on another
+// node.
+type RemoteMember struct {
+	Node     string
+	Group    string // the share name
+	Filter   string // the filter inside $share/<group>/
+	ClientID string
+	QoS      byte // granted QoS
+}
+
+// ClusterRegisterTimeout bounds how long a SUBACK waits for the
+// subscription to be registered with the cluster. Past it the SUBACK goes
+// out anyway: the subscription works on this node, and the others learn of
+// it when the registry does.
+const ClusterRegisterTimeout = 2 * time.Second
+
+// remoteRoute is one other node's interest in a filter: a value of the
+// remote route index.
+type remoteRoute struct{ node, filter string }
+
+// SetRemoteRoute records (present) or forgets that node has ordinary
+// subscribers of filter, so that a matching message is forwarded to it.
+func (srv *Server) SetRemoteRoute(node, filter string, present bool) {
+	key := remoteRoute{node, filter}
+	srv.routesMu.Lock()
+	defer srv.routesMu.Unlock()
+	rr, ok := srv.routes[key]
+	switch {
+	case present && !ok:
+		rr = &remoteRoute{node, filter}
+		srv.routes[key] = rr
+		srv.remote.Add(filter, rr)
+	case !present && ok:
+		delete(srv.routes, key)
+		srv.remote.Remove(filter, rr)
+	}
+}
+
+// SetRemoteMember adds (present) or removes a member of a share group on
+// another node. The glue calls it in the order its registry gives the
+// members (every node agrees on it), so the candidate lists of all nodes
+// list the remote members alike; local members come first everywhere.
+func (srv *Server) SetRemoteMember(rm RemoteMember, present bool) {
+	if present {
+		sub := &subscription{filter: "$share/" + rm.Group + "/" + rm.Filter, topicFilter: rm.Filter,
+			qos: min(rm.QoS, 2), groupName: rm.Group, remote: &rm}
+		if rc := srv.joinGroup(rm.Group, rm.Filter, sub); rc.IsError() {
+			srv.log.Warn("remote member refused by its group's contract", "client", rm.ClientID, "node", rm.Node, "group", rm.Group)
+		}
+		return
+	}
+	srv.groupsMu.Lock()
+	g := srv.groups[groupKey{rm.Group, rm.Filter}]
+	srv.groupsMu.Unlock()
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	m, ok := g.g.Get(rm.ClientID)
+	g.mu.Unlock()
+	if ok && m.Value.remote != nil && m.Value.remote.Node == rm.Node {
+		srv.leaveGroup(m.Value)
+	}
+}
+
+// forwardRemote sends m once to each other node with ordinary interest in
+// its topic.
+func (r *router) forwardRemote(srv *Server, m *Message) {
+	rs := srv.remote.Match(m.topicBytes)
+	if len(rs) == 0 {
+		return
+	}
+	r.nodes = r.nodes[:0]
+	for _, rr := range rs {
+		seen := false
+		for _, n := range r.nodes {
+			if n == rr.node {
+				seen = true
+				break
+			}
+		}
+		if !seen {
+			r.nodes = append(r.nodes, rr.node)
+			srv.opts.Cluster.Forward(rr.node, m)
+			srv.stats.clusterForwards.Add(1)
+		}
+	}
+	r.matched = true
+}
+
+// ForwardFrom routes a message another node forwarded: to this node's
+// ordinary subscribers only. It never picks from a share group (the node
+// that received the message did) and is never forwarded again.
+func (srv *Server) ForwardFrom(node string, m *Message) {
+	m.fromPeer = true
+	var r router
+	r.route(srv, m, nil)
+	r.flush()
+}
+
+// errNotHere is a directed delivery for a client this node does not have.
+var errNotHere = errors.New("broker: the client is not a member of that group here")
+
+// DeliverFrom hands a message another node picked for one of this node's
+// share-group members to that member's session, without matching its
+// topic again. done reports whether the session took it (and, for a
+// persistent session, the Store made it durable); it is called exactly
+// once, possibly on another goroutine.
+func (srv *Server) DeliverFrom(to RemoteMember, m *Message, done func(accepted bool)) {
+	m.fromPeer = true
+	srv.mu.Lock()
+	sess := srv.sessions[to.ClientID]
+	srv.mu.Unlock()
+	var sub *subscription
+	if sess != nil {
+		sess.mu.Lock()
+		sub = sess.subs["$share/"+to.Group+"/"+to.Filter]
+		sess.mu.Unlock()
+	}
+	if sub == nil || sub.group == nil {
+		srv.stats.clusterNotHere.Add(1)
+		done(false)
+		return
+	}
+	var ids subIDs
+	ids.add(sub.id)
+	res := sess.deliver(m, min(m.QoS, sub.qos), m.Retain && sub.retainAsPublished, &ids, sub.group)
+	if !res.ok {
+		done(false)
+		return
+	}
+	sub.group.delivered.Add(1)
+	sub.delivered.Add(1)
+	if res.conn != nil {
+		res.conn.signal()
+	}
+	if !res.persisted {
+		done(true)
+		return
+	}
+	go func() { done(srv.syncStore() == nil) }()
+}
+
+// remoteWait is what a publisher's acknowledgement waits for on other
+// nodes: the directed deliveries of its message still unanswered.
+type remoteWait struct {
+	mu      sync.Mutex
+	pending int
+	refused bool        // a delivery found no taker after a full pass
+	p       *pendingAck // the acknowledgement, once queued and waiting
+}
+
+func (w *remoteWait) add() {
+	w.mu.Lock()
+	w.pending++
+	w.mu.Unlock()
+}
+
+// finish records the end of one delivery and releases the acknowledgement
+// after the last.
+func (w *remoteWait) finish(refused bool) {
+	w.mu.Lock()
+	w.pending--
+	w.refused = w.refused || refused
+	var p *pendingAck
+	if w.pending == 0 && w.p != nil {
+		p, w.p = w.p, nil
+		w.refuseLocked(p)
+	}
+	w.mu.Unlock()
+	if p != nil {
+		p.unblock()
+	}
+}
+
+// hold makes p wait for the deliveries still unanswered; it reports false
+// when there are none (p may go at once).
+func (w *remoteWait) hold(p *pendingAck) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pending == 0 {
+		w.refuseLocked(p)
+		return false
+	}
+	w.p = p
+	p.blocked.Add(1)
+	return true
+}
+
+// refuseLocked turns p into a refusal when a delivery found no taker (a
+// 3.1.1 publisher cannot be refused: counted only).
+func (w *remoteWait) refuseLocked(p *pendingAck) {
+	if w.refused && !p.a.rc.IsError() && p.c.version >= packet.V5 {
+		p.a.rc = packet.QuotaExceeded
+	}
+}
+
+// deliverRemote sends m to the remote member sub picked in group g; on
+// failure it picks again within the same pass, skipping the members tried.
+func (g *shareGroup) deliverRemote(m *Message, sub *subscription, w *remoteWait, tried []string) {
+	srv := g.srv
+	srv.stats.clusterDelivers.Add(1)
+	srv.opts.Cluster.Deliver(*sub.remote, m, func(err error) {
+		if err == nil {
+			w.finish(false)
+			return
+		}
+		srv.stats.clusterRepicks.Add(1)
+		g.repick(m, w, append(tried, sub.remote.ClientID))
+	})
+}
+
+// repick finds another member for a message whose directed delivery
+// failed, without advancing the group's cursor, and delivers it; a full
+// pass with no taker refuses it.
+func (g *shareGroup) repick(m *Message, w *remoteWait, tried []string) {
+	for {
+		g.mu.Lock()
+		if g.ended {
+			g.mu.Unlock()
+			g.discarded.Add(1)
+			w.finish(true)
+			return
+		}
+		g.qos, g.exclude = m.QoS, tried
+		mem, ok := g.g.Repick(shareKey(m), g.accept)
+		g.exclude = nil
+		g.mu.Unlock()
+		if !ok {
+			g.dropped.Add(1)
+			w.finish(true)
+			return
+		}
+		sub := mem.Value
+		if sub.remote != nil {
+			g.deliverRemote(m, sub, w, tried)
+			return
+		}
+		var ids subIDs
+		ids.add(sub.id)
+		res := sub.sess.deliver(m, min(m.QoS, sub.qos), m.Retain && sub.retainAsPublished, &ids, g)
+		if !res.ok {
+			tried = append(tried, mem.ID)
+			continue
+		}
+		g.delivered.Add(1)
+		sub.delivered.Add(1)
+		if res.conn != nil {
+			res.conn.signal()
+		}
+		// Off the reader: this runs on the cluster's goroutine.
+		w.finish(res.persisted && srv(g).syncStore() != nil)
+		return
+	}
+}
+
+func srv(g *shareGroup) *Server { return g.srv }
+
+// clusterState is the Server's part of the cluster hooks.
+type clusterState struct {
+	routesMu sync.Mutex
+	routes   map[remoteRoute]*remoteRoute
+	remote   *topic.Index[*remoteRoute] // other nodes' ordinary filters
+}

@@ -1,0 +1,240 @@
+package broker_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/broker/brokertest"
+	"github.com/linemq/linemq/broker/packet"
+)
+
+// memCluster joins brokers in one process the way the cluster's glue and
+// transport join nodes: forwards and directed deliveries carry a copy of
+// the message (as the wire would) and answer asynchronously. What the glue
+// learns from the registry, the test tells the brokers directly.
+type memCluster struct {
+	self  string
+	nodes map[string]*broker.Server
+	down  map[string]*atomic.Bool
+	wg    *sync.WaitGroup
+}
+
+type memNet struct {
+	mu    sync.Mutex
+	nodes map[string]*broker.Server
+	down  map[string]*atomic.Bool
+	wg    sync.WaitGroup
+}
+
+func (n *memNet) cluster(self string) *memCluster {
+	return &memCluster{self: self, nodes: n.nodes, down: n.down, wg: &n.wg}
+}
+
+func (c *memCluster) Forward(node string, m *broker.Message) {
+	if c.down[node].Load() {
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.nodes[node].ForwardFrom(c.self, m.Clone())
+	}()
+}
+
+var errNodeDown = errors.New("node down")
+
+func (c *memCluster) Deliver(to broker.RemoteMember, m *broker.Message, done func(error)) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if c.down[to.Node].Load() {
+			done(errNodeDown)
+			return
+		}
+		c.nodes[to.Node].DeliverFrom(to, m.Clone(), func(ok bool) {
+			if ok {
+				done(nil)
+			} else {
+				done(errors.New("not here"))
+			}
+		})
+	}()
+}
+
+func (c *memCluster) Available(node string) bool { return !c.down[node].Load() }
+
+func (c *memCluster) Subscribed(string, string, byte) broker.Registration { return nil }
+func (c *memCluster) Unsubscribed(string, string) broker.Registration     { return nil }
+
+// startCluster starts brokers named n1..nN joined by one memNet.
+func startCluster(t *testing.T, n int) (*memNet, []*brokertest.Server) {
+	net := &memNet{nodes: map[string]*broker.Server{}, down: map[string]*atomic.Bool{}}
+	var servers []*brokertest.Server
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprint("n", i)
+		net.down[name] = new(atomic.Bool)
+		s := brokertest.Start(t, broker.Options{Cluster: net.cluster(name)}, nil)
+		net.nodes[name] = s.Server
+		servers = append(servers, s)
+	}
+	t.Cleanup(net.wg.Wait)
+	return net, servers
+}
+
+// member connects a raw v5 client to addr with a Receive Maximum window and
+// subscribes it to $share/g/<filter> at QoS 1.
+func member(t *testing.T, addr, id, filter string) *brokertest.Client {
+	return windowSub(t, addr, id, "$share/g/"+filter, 100, 0)
+}
+
+// nextPayload reads the next PUBLISH of c, acknowledges it, and returns its
+// payload, or "" when none arrives within d.
+func nextPayload(c *brokertest.Client, d time.Duration) string {
+	h, body, err := c.Read(d)
+	if err != nil || h.Type != packet.PUBLISH {
+		return ""
+	}
+	var p packet.Publish
+	p.Decode(packet.V5, h.Flags, body)
+	if p.QoS > 0 {
+		c.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+	}
+	return string(p.Payload)
+}
+
+// TestClusterSeedExample is seed 000's worked example: members A, B and C
+// on node 1, D on node 2 and E on node 3; ten QoS 1 publishes to node 1 go
+// A B C D E A B C D E (local members first, then the remote ones in the
+// registry's order), every one acknowledged only once it was accepted.
+func TestClusterSeedExample(t *testing.T) {
+	_, s := startCluster(t, 3)
+	clients := map[string]*brokertest.Client{}
+	for _, m := range []struct{ id, node string }{{"A", "n1"}, {"B", "n1"}, {"C", "n1"}, {"D", "n2"}, {"E", "n3"}} {
+		i := int(m.node[1] - '1')
+		clients[m.id] = member(t, s[i].Addr, m.id, "line/#")
+	}
+	// What the registry would tell node 1, in its order (create revision).
+	s[0].SetRemoteMember(broker.RemoteMember{Node: "n2", Group: "g", Filter: "line/#", ClientID: "D", QoS: 1}, true)
+	s[0].SetRemoteMember(broker.RemoteMember{Node: "n3", Group: "g", Filter: "line/#", ClientID: "E", QoS: 1}, true)
+
+	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
+	var got []string
+	for i := range 10 {
+		if rc := pubAck(t, pub, uint16(i+1), "line/1", fmt.Sprint(i)); rc != packet.Success {
+			t.Fatalf("publish %d: %v", i, rc)
+		}
+		for _, id := range []string{"A", "B", "C", "D", "E"} {
+			if p := nextPayload(clients[id], 20*time.Millisecond); p != "" {
+				got = append(got, id)
+			}
+		}
+	}
+	if fmt.Sprint(got) != "[A B C D E A B C D E]" {
+		t.Fatalf("deliveries %v, want A B C D E A B C D E", got)
+	}
+	if st := s[0].Stats(); st.ClusterDelivers != 4 {
+		t.Errorf("%d directed deliveries, want 4", st.ClusterDelivers)
+	}
+}
+
+// TestClusterNoDuplicate: node 2 holds an ordinary subscriber and a member
+// of a group for the same topic; N publishes on node 1 reach the
+// subscriber N times (one forward per message) and the group N times in
+// all (one pick per message, by node 1), never more.
+func TestClusterNoDuplicate(t *testing.T) {
+	_, s := startCluster(t, 2)
+	plain := windowSub(t, s[1].Addr, "plain", "t/#", 100, 0)
+	d := member(t, s[1].Addr, "D", "t/#")
+	a := member(t, s[0].Addr, "A", "t/#")
+	s[0].SetRemoteRoute("n2", "t/#", true)
+	s[0].SetRemoteMember(broker.RemoteMember{Node: "n2", Group: "g", Filter: "t/#", ClientID: "D", QoS: 1}, true)
+	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
+	const n = 20
+	for i := range n {
+		pubAck(t, pub, uint16(i+1), "t/x", fmt.Sprint(i))
+	}
+	count := func(c *brokertest.Client) int {
+		k := 0
+		for nextPayload(c, 200*time.Millisecond) != "" {
+			k++
+		}
+		return k
+	}
+	if k := count(plain); k != n {
+		t.Errorf("ordinary subscriber on node 2 got %d, want %d", k, n)
+	}
+	ka, kd := count(a), count(d)
+	if ka+kd != n || ka != n/2 {
+		t.Errorf("group got %d (A) + %d (D), want %d in all, half each", ka, kd, n)
+	}
+	if st := s[0].Stats(); st.ClusterForwards != n {
+		t.Errorf("%d forwards, want one per message (%d)", st.ClusterForwards, n)
+	}
+}
+
+// TestClusterRepick: a directed delivery that fails (the member is not on
+// its node any more, or the node is down) passes the turn on within the
+// same pass; the publisher is acknowledged only once a member took the
+// message, and nothing acknowledged is lost.
+func TestClusterRepick(t *testing.T) {
+	net, s := startCluster(t, 3)
+	a := member(t, s[0].Addr, "A", "r/#")
+	e := member(t, s[2].Addr, "E", "r/#")
+	// D is in node 1's copy but gone from node 2 ("not here"); node 3 is
+	// up for now.
+	s[0].SetRemoteMember(broker.RemoteMember{Node: "n2", Group: "g", Filter: "r/#", ClientID: "D", QoS: 1}, true)
+	s[0].SetRemoteMember(broker.RemoteMember{Node: "n3", Group: "g", Filter: "r/#", ClientID: "E", QoS: 1}, true)
+	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
+	const n = 30
+	for i := range n {
+		if i == n/2 {
+			net.down["n3"].Store(true) // E's node goes: its turns pass to A
+		}
+		if rc := pubAck(t, pub, uint16(i+1), "r/x", fmt.Sprint(i)); rc != packet.Success {
+			t.Fatalf("publish %d: %v", i, rc)
+		}
+	}
+	seen := map[string]int{}
+	for _, c := range []*brokertest.Client{a, e} {
+		for p := nextPayload(c, 200*time.Millisecond); p != ""; p = nextPayload(c, 200*time.Millisecond) {
+			seen[p]++
+		}
+	}
+	for i := range n {
+		if seen[fmt.Sprint(i)] != 1 {
+			t.Fatalf("message %d delivered %d times (all: %v)", i, seen[fmt.Sprint(i)], seen)
+		}
+	}
+	if st := s[0].Stats(); st.ClusterRepicks == 0 {
+		t.Error("no repick counted")
+	}
+	if st := s[1].Stats(); st.ClusterNotHere == 0 {
+		t.Error("node 2 never answered not here")
+	}
+}
+
+// TestClusterNoTaker: when every member is remote and none
+// can take the message (all nodes down), the publisher gets 0x97, not a
+// success for a message nobody has.
+func TestClusterNoTaker(t *testing.T) {
+	net, s := startCluster(t, 2)
+	member(t, s[1].Addr, "D", "z/#")
+	s[0].SetRemoteMember(broker.RemoteMember{Node: "n2", Group: "g", Filter: "z/#", ClientID: "D", QoS: 1}, true)
+	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
+	if rc := pubAck(t, pub, 1, "z/x", "ok"); rc != packet.Success {
+		t.Fatalf("with node 2 up: %v", rc)
+	}
+	net.down["n2"].Store(true)
+	if rc := pubAck(t, pub, 2, "z/x", "lost"); rc != packet.QuotaExceeded {
+		t.Fatalf("with every member unreachable: %v, want 0x97", rc)
+	}
+	s[0].SetRemoteMember(broker.RemoteMember{Node: "n2", Group: "g", Filter: "z/#", ClientID: "D"}, false)
+	if rc := pubAck(t, pub, 3, "z/x", "none"); rc != packet.NoMatchingSubscribers {
+		t.Fatalf("after the member left: %v, want 0x10", rc)
+	}
+}
