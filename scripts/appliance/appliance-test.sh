@@ -7,6 +7,9 @@
 # with the appliance's factory configuration plus the kernel watchdog
 # (softdog, 5 s). From the host, through hostfwd ports on 127.0.0.1 (the
 # guest's user-mode network is restricted: it reaches nothing outside):
+#   0. first boot: the appliance's apply-config takes linemq.yaml from the
+#      "boot partition", checks it with linemq, bind-mounts it over
+#      /etc/linemq; linemq runs with its node_id and watchdog;
 #   1. /readyz answers 200 and the status page is served;
 #   2. an MQTT publish/subscribe round trip, and a shared subscription
 #      ($share/g/...) with two members that splits six messages between
@@ -15,7 +18,8 @@
 #      the init listens on): it freezes linemq (SIGSTOP, a hung process),
 #      and softdog resets the guest, which -no-reboot turns into QEMU
 #      exiting;
-#   4. the health gate, after a second boot: the control fills the data
+#   4. after a second boot with a bad linemq.yaml (rejected, the factory
+#      configuration kept), the health gate: the control fills the data
 #      partition while a persistent session needs its messages stored; the
 #      storage check fails, /readyz answers 503 with the reason, linemq
 #      stops feeding the watchdog and softdog resets the guest.
@@ -81,9 +85,30 @@ cp "$cache"/modules/*.ko "$root/lib/modules/"
 install -m 0755 "$bin" "$root/usr/bin/linemq"
 # The factory configuration, plus the kernel watchdog the way a board
 # without systemd's RuntimeWatchdogSec= would use it: softdog, 5 s.
-cp "$repo/buildroot/board/linemq/common/rootfs-overlay/etc/linemq/linemq.yaml" "$root/etc/linemq/linemq.yaml"
-printf '  watchdog: {device: /dev/watchdog, timeout: 5s}\n' >>"$root/etc/linemq/linemq.yaml"
-tail -4 "$root/etc/linemq/linemq.yaml" | sed 's/^/  | /'
+# The factory configuration in /etc/linemq, plus the kernel watchdog as a
+# board without systemd's RuntimeWatchdogSec= would use it (softdog, 5 s).
+# The gateway's own file on the "boot partition" (a directory here) names
+# the node; the appliance's apply-config script applies it at boot. The
+# second boot gets a bad one instead (kernel argument linemq.boot=bad).
+overlay=$repo/buildroot/board/linemq/common/rootfs-overlay
+{
+	cat "$overlay/etc/linemq/linemq.yaml"
+	printf '  watchdog: {device: /dev/watchdog, timeout: 5s}\n'
+} >"$root/etc/linemq/linemq.yaml"
+install -D -m 0755 "$overlay/usr/libexec/linemq/apply-config" "$root/usr/libexec/linemq/apply-config"
+mkdir -p "$root/boot" "$root/testdata"
+{
+	echo "node_id: appliance-qemu-1"
+	grep -v '^ *#' "$repo/buildroot/board/linemq/common/boot-linemq.yaml" | grep -v '^$'
+	printf '  watchdog: {device: /dev/watchdog, timeout: 5s}\n'
+} >"$root/testdata/good.yaml"
+printf 'node_id: appliance-qemu-2\nmqtt:\n  listen: ":1883"\n  max_keepalive: 0\n' >"$root/testdata/bad.yaml"
+echo "  boot partition's linemq.yaml, first boot:"
+sed 's/^/  | /' "$root/testdata/good.yaml"
+echo "  and second boot:"
+sed 's/^/  | /' "$root/testdata/bad.yaml"
+printf 'root:x:0:0:root:/:/bin/sh\nlinemq:x:999:999::/:/bin/false\n' >"$root/etc/passwd"
+printf 'root:x:0:\nlinemq:x:999:\ngpio:x:998:linemq\n' >"$root/etc/group"
 cat >"$root/init" <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -103,6 +128,15 @@ ip addr add 10.0.2.15/24 dev eth0
 ip route add default via 10.0.2.2
 hostname linemq-qemu
 echo "appliance-init: $(uname -r), $(ls /dev/watchdog* | tr '\n' ' ')"
+case $(cat /proc/cmdline) in
+*linemq.boot=bad*) cp /testdata/bad.yaml /boot/linemq.yaml ;;
+*) cp /testdata/good.yaml /boot/linemq.yaml ;;
+esac
+# What tmpfiles.d and linemq-config.service do on the appliance.
+mkdir -p -m 0750 /var/lib/linemq/config
+chgrp linemq /var/lib/linemq/config
+/usr/libexec/linemq/apply-config
+ls /boot | sed 's/^/appliance-init: boot partition: /'
 /usr/bin/linemq -config /etc/linemq/linemq.yaml -data-dir /var/lib/linemq &
 pid=$!
 echo "appliance-init: linemq pid $pid"
@@ -137,7 +171,7 @@ boot() {
 	start=$(date +%s.%N)
 	qemu-system-aarch64 -M virt -cpu cortex-a53 -smp 2 -m 512 -nographic -no-reboot \
 		-kernel "$cache/vmlinuz" -initrd "$work/initrd.gz" \
-		-append "console=ttyAMA0 panic=-1 loglevel=4" \
+		-append "console=ttyAMA0 panic=-1 loglevel=4 ${1:-}" \
 		-netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$mqtt-:1883,hostfwd=tcp:127.0.0.1:$http-:8080,hostfwd=tcp:127.0.0.1:$ctl-:7000" \
 		-device virtio-net-device,netdev=n0 \
 		</dev/null >"$work/console.log" 2>&1 &
@@ -167,7 +201,11 @@ wait_reset() { # the guest must be reset by softdog within 30 s
 }
 
 boot
-grep -E 'appliance-init|msg=ready|msg="hardware|watchdog' "$work/console.log" | sed 's/^/  | /' | cut -c1-200
+grep -E 'appliance-init|linemq-config|msg=ready|gateway started|msg="hardware|watchdog' "$work/console.log" | sed 's/^/  | /' | cut -c1-200
+grep -q 'linemq-config: applied /boot/linemq.yaml' "$work/console.log" || fail "the boot partition's linemq.yaml was not applied"
+grep -q 'gateway started.*node_id=appliance-qemu-1' "$work/console.log" || fail "linemq did not run with the applied configuration"
+grep -q 'appliance-init: boot partition: linemq-applied.txt' "$work/console.log" || fail "no linemq-applied.txt on the boot partition"
+echo "  first boot: /boot/linemq.yaml checked, applied (node_id appliance-qemu-1, the watchdog) and removed"
 
 step "/readyz and the status page"
 code=$(curl -s -o "$work/readyz" -w '%{http_code}' "http://127.0.0.1:$http/readyz")
@@ -212,8 +250,14 @@ wait_reset
 grep -E 'freezing|softdog' "$work/console.log" | sed 's/^/  | /' | cut -c1-160
 echo "  reset by softdog ${reset_after} s after the freeze (timeout 5 s); QEMU exited (-no-reboot)"
 
-step "health gate: fill the data partition, storage fails, feeding stops, softdog resets"
-boot
+step "a bad linemq.yaml on the boot partition is rejected; the health gate: fill the data partition, storage fails, feeding stops, softdog resets"
+boot linemq.boot=bad
+grep -E 'linemq-config|boot partition|gateway started' "$work/console.log" | sed 's/^/  | /' | cut -c1-200
+grep -q 'linemq-config: /boot/linemq.yaml rejected' "$work/console.log" || fail "the bad linemq.yaml was not rejected"
+grep -q 'appliance-init: boot partition: linemq-error.txt' "$work/console.log" || fail "no linemq-error.txt on the boot partition"
+grep -q 'appliance-init: boot partition: linemq.yaml.rejected' "$work/console.log" || fail "no linemq.yaml.rejected on the boot partition"
+grep -q 'gateway started.*node_id=linemq-qemu' "$work/console.log" || fail "linemq did not keep the factory configuration"
+echo "  rejected (linemq.yaml.rejected, linemq-error.txt), the factory configuration kept"
 # A persistent session whose messages must be stored, then the disk fills.
 mosquitto_sub -h 127.0.0.1 -p "$mqtt" -V 5 -q 1 -c -x 3600 -i keeper -t appliance/keep -W 2 >/dev/null 2>&1 || true
 t_fill=$SECONDS
@@ -232,4 +276,4 @@ echo "  /readyz while failing: ${readyz:-no answer}"
 echo "  reset by softdog $((SECONDS - t_fill)) s after the data partition was filled; QEMU exited (-no-reboot)"
 
 echo
-echo "appliance-test: boot, /readyz, status page, MQTT round trip, shared group, watchdog reset of a hung broker and of a failing health check passed"
+echo "appliance-test: first-boot configuration (applied and rejected), /readyz, status page, MQTT round trip, shared group, watchdog reset of a hung broker and of a failing health check passed"
