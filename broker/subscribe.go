@@ -101,7 +101,9 @@ func (c *conn) handleSubscribe(body []byte) error {
 			c.needSync = true // the SUBACK waits for the record to be durable
 		}
 		sess.mu.Unlock()
-		if cl := c.srv.opts.Cluster; cl != nil {
+		// A resubscription changes nothing the other nodes route by,
+		// except a member's granted QoS.
+		if cl := c.srv.opts.Cluster; cl != nil && (!existed || shared) {
 			if reg := cl.Subscribed(c.clientID, sub.filter, sub.qos); reg != nil {
 				reply.regs = append(reply.regs, reg)
 			}
@@ -224,6 +226,9 @@ func (srv *Server) unsubscribe(sub *subscription) {
 	s.mu.Unlock()
 	if mine {
 		srv.removeSubscription(sub)
+		if cl := srv.opts.Cluster; cl != nil {
+			cl.Unsubscribed(s.id, sub.filter)
+		}
 	}
 }
 

@@ -1,0 +1,128 @@
+// Package cluster joins a gateway's broker to the other gateways of a line:
+// it implements broker.Cluster over the etcd registry (who holds which
+// members and filters) and a node-to-node transport (what carries the
+// messages), and feeds what the registry says about the other nodes into
+// the broker.
+//
+// The broker asks the cluster from its publish path, so nothing here waits
+// on the network there: the registry is a local copy kept by a watch, and
+// the transport queues.
+package cluster
+
+import (
+	"log/slog"
+
+	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/broker/topic"
+	"github.com/linemq/linemq/gateway/cluster/registry"
+)
+
+// Transport carries messages between nodes: gateway/peer's, or an
+// in-memory one in tests.
+type Transport interface {
+	// Forward sends m to node for its ordinary subscribers, best effort.
+	Forward(node string, m *broker.Message)
+	// Deliver sends m to one share-group member on another node and calls
+	// done once with that node's answer (nil: accepted).
+	Deliver(to broker.RemoteMember, m *broker.Message, done func(error))
+	// Available reports whether node can take deliveries now.
+	Available(node string) bool
+	// SetPeer adds or updates (addr != "") or removes (addr == "") a node.
+	SetPeer(node, addr string)
+}
+
+// Node is this gateway's part of the cluster. Make it with New, give it
+// the broker with Attach before starting the registry, and pass it as the
+// broker's Options.Cluster.
+type Node struct {
+	self string
+	reg  *registry.Registry
+	tr   Transport
+	srv  *broker.Server
+	log  *slog.Logger
+}
+
+// New returns the node named self. reg is created with OnEvent set to the
+// node's HandleEvent (see Options of package registry); tr carries the
+// messages.
+func New(self string, tr Transport, log *slog.Logger) *Node {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Node{self: self, tr: tr, log: log}
+}
+
+// Attach gives the node its registry and broker. It must be called before
+// the registry starts, since its events go to the broker.
+func (n *Node) Attach(reg *registry.Registry, srv *broker.Server) {
+	n.reg, n.srv = reg, srv
+}
+
+// Forward implements broker.Cluster.
+func (n *Node) Forward(node string, m *broker.Message) { n.tr.Forward(node, m) }
+
+// Deliver implements broker.Cluster.
+func (n *Node) Deliver(to broker.RemoteMember, m *broker.Message, done func(error)) {
+	n.tr.Deliver(to, m, done)
+}
+
+// Available implements broker.Cluster: the node is registered and its
+// transport can take deliveries.
+func (n *Node) Available(node string) bool { return n.tr.Available(node) }
+
+// Subscribed implements broker.Cluster: a member of a share group or an
+// ordinary filter is registered; the SUBACK waits for the write.
+func (n *Node) Subscribed(clientID, filter string, qos byte) broker.Registration {
+	group, tf, shared, err := topic.ParseShare(filter)
+	switch {
+	case err != nil:
+		return nil
+	case shared:
+		return n.reg.AddMember(group, tf, clientID, qos)
+	default:
+		return n.reg.AddRoute(filter)
+	}
+}
+
+// Unsubscribed implements broker.Cluster.
+func (n *Node) Unsubscribed(clientID, filter string) broker.Registration {
+	group, tf, shared, err := topic.ParseShare(filter)
+	switch {
+	case err != nil:
+		return nil
+	case shared:
+		return n.reg.RemoveMember(group, tf, clientID)
+	default:
+		w := n.reg.RemoveRoute(filter)
+		if w.Err() != nil {
+			return nil // a route this node never counted (a restored session's)
+		}
+		return w
+	}
+}
+
+// HandleEvent feeds the registry's events about other nodes into the
+// broker and the transport. It is the registry's OnEvent.
+func (n *Node) HandleEvent(ev registry.Event) {
+	if ev.Node == n.self {
+		return // the broker holds its own members and routes itself
+	}
+	switch ev.Kind {
+	case registry.NodeJoined, registry.NodeUpdated:
+		n.tr.SetPeer(ev.Node, ev.NodeInfo.Addr)
+	case registry.NodeLeft:
+		n.tr.SetPeer(ev.Node, "")
+	case registry.RouteAdded:
+		n.srv.SetRemoteRoute(ev.Node, ev.Filter, true)
+	case registry.RouteRemoved:
+		n.srv.SetRemoteRoute(ev.Node, ev.Filter, false)
+	case registry.MemberJoined, registry.MemberUpdated:
+		n.srv.SetRemoteMember(remoteMember(ev), true)
+	case registry.MemberLeft:
+		n.srv.SetRemoteMember(remoteMember(ev), false)
+	}
+}
+
+func remoteMember(ev registry.Event) broker.RemoteMember {
+	return broker.RemoteMember{Node: ev.Node, Group: ev.Group, Filter: ev.Filter, ClientID: ev.Client, QoS: ev.Member.QoS}
+}

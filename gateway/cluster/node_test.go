@@ -1,0 +1,345 @@
+package cluster_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/broker/brokertest"
+	"github.com/linemq/linemq/broker/packet"
+	"github.com/linemq/linemq/gateway/cluster"
+	"github.com/linemq/linemq/gateway/cluster/internal/etcdtest"
+	"github.com/linemq/linemq/gateway/cluster/registry"
+)
+
+var shared *etcdtest.Etcd
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "cluster-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	shared, err = etcdtest.New(dir, etcdtest.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	etcdtest.Main(m, func() {
+		shared.Close()
+		os.RemoveAll(dir)
+	})
+}
+
+// memTransport carries messages between brokers of one process as the
+// network would: a copy of each message, answers on another goroutine.
+type memTransport struct {
+	self  string
+	net   *memNet
+	mu    sync.Mutex
+	peers map[string]bool // the nodes the registry says exist
+	wg    *sync.WaitGroup
+}
+
+// memNet is every broker of the test, by node name.
+type memNet struct {
+	mu  sync.Mutex
+	all map[string]*broker.Server
+}
+
+func (t *memTransport) peer(node string) *broker.Server {
+	t.mu.Lock()
+	known := t.peers[node]
+	t.mu.Unlock()
+	if !known {
+		return nil
+	}
+	t.net.mu.Lock()
+	defer t.net.mu.Unlock()
+	return t.net.all[node]
+}
+
+func (t *memTransport) Forward(node string, m *broker.Message) {
+	if p := t.peer(node); p != nil {
+		t.wg.Add(1)
+		go func() { defer t.wg.Done(); p.ForwardFrom(t.self, m.Clone()) }()
+	}
+}
+
+func (t *memTransport) Deliver(to broker.RemoteMember, m *broker.Message, done func(error)) {
+	p := t.peer(to.Node)
+	if p == nil {
+		done(errors.New("no such peer"))
+		return
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		p.DeliverFrom(to, m.Clone(), func(ok bool) {
+			if ok {
+				done(nil)
+			} else {
+				done(errors.New("not here"))
+			}
+		})
+	}()
+}
+
+func (t *memTransport) Available(node string) bool { return t.peer(node) != nil }
+
+func (t *memTransport) SetPeer(node, addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if addr == "" {
+		delete(t.peers, node)
+	} else {
+		t.peers[node] = true
+	}
+}
+
+// gw is one gateway of the test cluster: a broker joined by the registry.
+type gw struct {
+	*brokertest.Server
+	reg *registry.Registry
+}
+
+// startNodes starts n gateways n1..nN sharing the test's etcd prefix.
+func startNodes(t *testing.T, n int) []*gw {
+	t.Helper()
+	cli := shared.Client(t)
+	prefix := etcdtest.Prefix(t)
+	net := &memNet{all: map[string]*broker.Server{}}
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	var gws []*gw
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprint("n", i)
+		tr := &memTransport{self: name, net: net, peers: map[string]bool{}, wg: &wg}
+		node := cluster.New(name, tr, nil)
+		s := brokertest.Start(t, broker.Options{Cluster: node}, nil)
+		net.mu.Lock()
+		net.all[name] = s.Server
+		net.mu.Unlock()
+		reg, err := registry.New(registry.Options{Client: cli, Node: name, Prefix: prefix, Addr: "mem:" + name, OnEvent: node.HandleEvent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Attach(reg, s.Server)
+		if err := reg.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { reg.Close() })
+		select {
+		case <-reg.Ready():
+		case <-time.After(15 * time.Second):
+			t.Fatalf("%s: registry not ready", name)
+		}
+		gws = append(gws, &gw{Server: s, reg: reg})
+	}
+	return gws
+}
+
+// subscribe connects id to g and subscribes it to filter (QoS 1, a window
+// of 100); the SUBACK comes once the registry has the subscription.
+func subscribe(t *testing.T, g *gw, id, filter string) *brokertest.Client {
+	t.Helper()
+	cp := &packet.Connect{Version: packet.V5, ClientID: []byte(id), CleanStart: true}
+	cp.Props.Set(packet.PropReceiveMaximum)
+	cp.Props.ReceiveMaximum = 100
+	c, _ := brokertest.Connect(t, g.Addr, cp)
+	c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte(filter), QoS: 1}}})
+	return c
+}
+
+// members waits until g's broker sees n members in group "g".
+func members(t *testing.T, g *gw, n int) {
+	t.Helper()
+	brokertest.Eventually(t, 15*time.Second, fmt.Sprintf("%d members", n), func() bool {
+		for _, gs := range g.ShareGroups() {
+			if gs.Name == "g" && gs.Members == n {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func publish(t *testing.T, c *brokertest.Client, pid uint16, topic, payload string) packet.ReasonCode {
+	t.Helper()
+	c.Publish(&packet.Publish{Topic: []byte(topic), QoS: 1, PacketID: pid, Payload: []byte(payload)})
+	var a packet.Ack
+	c.Expect(packet.PUBACK, &a)
+	return a.Reason
+}
+
+func next(c *brokertest.Client, d time.Duration) string {
+	h, body, err := c.Read(d)
+	if err != nil || h.Type != packet.PUBLISH {
+		return ""
+	}
+	var p packet.Publish
+	p.Decode(packet.V5, h.Flags, body)
+	c.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+	return string(p.Payload)
+}
+
+// TestSeedExampleOverEtcd is seed 000's worked example with membership
+// travelling through etcd: A, B, C on node 1, D on node 2, E on node 3;
+// ten QoS 1 publishes to node 1 arrive A B C D E A B C D E.
+func TestSeedExampleOverEtcd(t *testing.T) {
+	gws := startNodes(t, 3)
+	clients := map[string]*brokertest.Client{}
+	for _, m := range []struct {
+		id   string
+		node int
+	}{{"A", 0}, {"B", 0}, {"C", 0}, {"D", 1}, {"E", 2}} {
+		clients[m.id] = subscribe(t, gws[m.node], m.id, "$share/g/line/#")
+	}
+	members(t, gws[0], 5)
+	pub, _ := brokertest.Connect(t, gws[0].Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("pub"), CleanStart: true})
+	var got []string
+	for i := range 10 {
+		if rc := publish(t, pub, uint16(i+1), "line/1", fmt.Sprint(i)); rc != packet.Success {
+			t.Fatalf("publish %d: %v", i, rc)
+		}
+		for _, id := range []string{"A", "B", "C", "D", "E"} {
+			if next(clients[id], 20*time.Millisecond) != "" {
+				got = append(got, id)
+			}
+		}
+	}
+	if fmt.Sprint(got) != "[A B C D E A B C D E]" {
+		t.Fatalf("deliveries %v, want A B C D E A B C D E", got)
+	}
+}
+
+// TestOrdinaryAndGroupNoDuplicate: node 2 holds an ordinary subscriber and
+// a member for the same topic; publishes on node 1 reach the subscriber
+// once each and the group once each, routes and members learnt from etcd.
+func TestOrdinaryAndGroupNoDuplicate(t *testing.T) {
+	gws := startNodes(t, 2)
+	plain := subscribe(t, gws[1], "plain", "t/#")
+	d := subscribe(t, gws[1], "D", "$share/g/t/#")
+	a := subscribe(t, gws[0], "A", "$share/g/t/#")
+	members(t, gws[0], 2)
+	brokertest.Eventually(t, 15*time.Second, "node 2's route on node 1", func() bool {
+		return len(gws[0].reg.RouteNodes("t/#")) == 1
+	})
+	pub, _ := brokertest.Connect(t, gws[0].Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("pub"), CleanStart: true})
+	const n = 20
+	for i := range n {
+		publish(t, pub, uint16(i+1), "t/x", fmt.Sprint(i))
+	}
+	count := func(c *brokertest.Client) int {
+		k := 0
+		for next(c, 300*time.Millisecond) != "" {
+			k++
+		}
+		return k
+	}
+	if k := count(plain); k != n {
+		t.Errorf("ordinary subscriber got %d, want %d", k, n)
+	}
+	if ka, kd := count(a), count(d); ka+kd != n {
+		t.Errorf("group got %d + %d, want %d", ka, kd, n)
+	}
+}
+
+// TestSpreadPublishesFairShares: publishes spread over every node give
+// every member its fifth, within 2 %, over 10,000 messages, node 1's three
+// members together three fifths: each node picks with its own cursor over
+// the same candidates (seed 000).
+func TestSpreadPublishesFairShares(t *testing.T) {
+	gws := startNodes(t, 3)
+	ids := []string{"A", "B", "C", "D", "E"}
+	where := []int{0, 0, 0, 1, 2}
+	clients := make([]*brokertest.Client, len(ids))
+	for i, id := range ids {
+		clients[i] = subscribe(t, gws[where[i]], id, "$share/g/s/#")
+	}
+	for _, g := range gws {
+		members(t, g, 5)
+	}
+	counts := make([]int, len(ids))
+	var mu sync.Mutex
+	var readers sync.WaitGroup
+	stop := make(chan struct{})
+	for i, c := range clients {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for {
+				if next(c, 100*time.Millisecond) != "" {
+					mu.Lock()
+					counts[i]++
+					mu.Unlock()
+					continue
+				}
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	const total = 10000
+	var pubs sync.WaitGroup
+	for n, g := range gws {
+		pubs.Add(1)
+		go func() {
+			defer pubs.Done()
+			c := brokertest.Dial(t, g.Addr, packet.V5)
+			c.Conn.Write((&packet.Connect{Version: packet.V5, ProtocolName: []byte("MQTT"), ClientID: fmt.Appendf(nil, "pub%d", n), CleanStart: true}).Append(nil))
+			c.Read(5 * time.Second) // CONNACK
+			share := total / len(gws)
+			if n == 0 {
+				share += total % len(gws)
+			}
+			acked := 0
+			sent := 0
+			for acked < share {
+				// At most 50 unacknowledged: a publisher's window.
+				var buf []byte
+				for sent < share && sent-acked < 50 {
+					sent++
+					buf = (&packet.Publish{Topic: []byte("s/x"), QoS: 1, PacketID: uint16(sent%60000 + 1), Payload: []byte("m")}).Append(buf, packet.V5)
+				}
+				if len(buf) > 0 {
+					c.Conn.Write(buf)
+				}
+				h, _, err := c.Read(10 * time.Second)
+				if err != nil {
+					t.Errorf("publisher %d: %v after %d acks", n, err, acked)
+					return
+				}
+				if h.Type == packet.PUBACK {
+					acked++
+				}
+			}
+		}()
+	}
+	pubs.Wait()
+	brokertest.Eventually(t, 30*time.Second, "every message delivered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		sum := 0
+		for _, k := range counts {
+			sum += k
+		}
+		return sum == total
+	})
+	close(stop)
+	readers.Wait()
+	t.Logf("shares over %d messages: A %d, B %d, C %d, D %d, E %d", total, counts[0], counts[1], counts[2], counts[3], counts[4])
+	for i, k := range counts {
+		if d := float64(k) - total/5.0; d > total/5.0*0.02 || d < -total/5.0*0.02 {
+			t.Errorf("%s got %d, want %d within 2%%", ids[i], k, total/5)
+		}
+	}
+}
