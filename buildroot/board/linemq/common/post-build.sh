@@ -26,9 +26,3 @@ add_mount() {
 add_mount / "/dev/root / auto ro 0 1"
 add_mount /boot "LABEL=LINEMQBOOT /boot vfat ro,noatime,nofail,umask=0077,x-systemd.device-timeout=10s 0 2"
 add_mount /var/lib/linemq "LABEL=linemq-data /var/lib/linemq ext4 rw,noatime,nosuid,nodev,noexec,errors=remount-ro,commit=5,x-systemd.growfs 0 2"
-
-# The hostname is also the default node_id: the board name until the
-# gateway's linemq.yaml sets its own node_id.
-if [ -n "${2:-}" ] && [ ! -s "$TARGET_DIR/etc/hostname" ]; then
-	echo "linemq-$2" | tr '_' '-' >"$TARGET_DIR/etc/hostname"
-fi
