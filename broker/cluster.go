@@ -47,6 +47,17 @@ type Cluster interface {
 	// ClusterRegisterTimeout.
 	Subscribed(clientID, filter string, qos byte) Registration
 	Unsubscribed(clientID, filter string) Registration
+
+	// Claim makes this node the owner of clientID's session before its
+	// CONNACK, so that two nodes never serve one client; the node that
+	// owned it disconnects its connection (Server.Evict). An error refuses
+	// the CONNECT with 0x88 Server unavailable rather than serve a client
+	// that another node may still be serving, or start empty a session
+	// that lives elsewhere. It runs on the connection's reader (nothing
+	// else may happen on a connection before its CONNACK), bounded by ctx.
+	Claim(ctx context.Context, clientID string, cleanStart bool) error
+	// Release gives up the ownership of a session that ended.
+	Release(clientID string)
 }
 
 // Registration is a change of this node's subscriptions on its way to the
@@ -65,6 +76,34 @@ type RemoteMember struct {
 	Filter   string // the filter inside $share/<group>/
 	ClientID string
 	QoS      byte // granted QoS
+}
+
+// ClusterClaimTimeout bounds how long a CONNECT waits for the cluster to
+// hand it its session.
+const ClusterClaimTimeout = 5 * time.Second
+
+// Evict disconnects clientID's connection (0x8E Session taken over) and
+// ends its session here: another node has claimed it.
+func (srv *Server) Evict(clientID string) {
+	srv.mu.Lock()
+	sess := srv.sessions[clientID]
+	if sess != nil {
+		delete(srv.sessions, clientID)
+	}
+	srv.mu.Unlock()
+	if sess == nil {
+		return
+	}
+	sess.mu.Lock()
+	c := sess.conn
+	sess.mu.Unlock()
+	if c != nil {
+		c.wmu.Lock()
+		c.takeover = true
+		c.wmu.Unlock()
+		c.kick(packet.SessionTakenOver)
+	}
+	srv.endSession(sess)
 }
 
 // ClusterRegisterTimeout bounds how long a SUBACK waits for the

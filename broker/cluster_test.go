@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -67,6 +68,9 @@ func (c *memCluster) Deliver(to broker.RemoteMember, m *broker.Message, done fun
 }
 
 func (c *memCluster) Available(node string) bool { return !c.down[node].Load() }
+
+func (c *memCluster) Claim(context.Context, string, bool) error { return nil }
+func (c *memCluster) Release(string)                            {}
 
 func (c *memCluster) Subscribed(string, string, byte) broker.Registration { return nil }
 func (c *memCluster) Unsubscribed(string, string) broker.Registration     { return nil }

@@ -155,6 +155,15 @@ func (c *conn) handleConnect(body []byte) error {
 	if c.srv.closed.Load() {
 		return c.refuse(c.version, packet.ServerUnavailable)
 	}
+	if cl := opts.Cluster; cl != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), ClusterClaimTimeout)
+		err := cl.Claim(ctx, id, p.CleanStart)
+		cancel()
+		if err != nil {
+			c.srv.logConn("connection refused: session not claimed in the cluster", "client", id, "err", err)
+			return c.refuse(c.version, packet.ServerUnavailable)
+		}
+	}
 	present := c.srv.attach(c, p.CleanStart, expiry, connack)
 	if ev := opts.Events; ev != nil {
 		ev.ClientConnected(c.info, present)

@@ -161,11 +161,15 @@ func (srv *Server) detach(c *conn, reason packet.ReasonCode) {
 	}
 	if expiry == 0 {
 		srv.mu.Lock()
-		if srv.sessions[sess.id] == sess {
+		mine := srv.sessions[sess.id] == sess
+		if mine {
 			delete(srv.sessions, sess.id)
 		}
 		srv.mu.Unlock()
 		srv.endSession(sess)
+		if cl := srv.opts.Cluster; cl != nil && mine {
+			cl.Release(sess.id)
+		}
 	}
 }
 
@@ -197,6 +201,9 @@ func (srv *Server) expire(sess *session) {
 	if gone {
 		srv.stats.expiredSessions.Add(1)
 		srv.endSession(sess)
+		if cl := srv.opts.Cluster; cl != nil {
+			cl.Release(sess.id)
+		}
 	}
 }
 

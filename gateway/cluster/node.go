@@ -10,7 +10,11 @@
 package cluster
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/topic"
@@ -101,6 +105,34 @@ func (n *Node) Unsubscribed(clientID, filter string) broker.Registration {
 	}
 }
 
+// errSessionElsewhere refuses a CONNECT that would resume a session another
+// node holds: its state is not moved between nodes yet.
+var errSessionElsewhere = errors.New("cluster: the session is held by another node; reconnect there or with clean start")
+
+// Claim implements broker.Cluster: this node becomes the owner of the
+// client's session; the node that owned it sees the change and disconnects
+// the client there.
+func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool) error {
+	if o, ok := n.reg.SessionOwner(clientID); ok && o.Node != n.self && !cleanStart {
+		// Resuming here would start an empty session while its state is
+		// on o.Node: refused (0x88) rather than lose it.
+		return fmt.Errorf("%w (%s)", errSessionElsewhere, o.Node)
+	}
+	_, err := n.reg.ClaimSession(ctx, clientID)
+	return err
+}
+
+// Release implements broker.Cluster.
+func (n *Node) Release(clientID string) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := n.reg.ReleaseSession(ctx, clientID); err != nil {
+			n.log.Debug("releasing a session", "client", clientID, "err", err)
+		}
+	}()
+}
+
 // HandleEvent feeds the registry's events about other nodes into the
 // broker and the transport. It is the registry's OnEvent.
 func (n *Node) HandleEvent(ev registry.Event) {
@@ -120,6 +152,10 @@ func (n *Node) HandleEvent(ev registry.Event) {
 		n.srv.SetRemoteMember(remoteMember(ev), true)
 	case registry.MemberLeft:
 		n.srv.SetRemoteMember(remoteMember(ev), false)
+	case registry.SessionOwned:
+		if ev.Prev.Node == n.self {
+			n.srv.Evict(ev.Client) // another node took the client over
+		}
 	}
 }
 

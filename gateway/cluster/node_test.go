@@ -343,3 +343,46 @@ func TestSpreadPublishesFairShares(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionOwnership: a client connecting to another node takes its
+// session over there: the old node disconnects it with 0x8E, and two nodes
+// never serve one client. Resuming a persistent session whose state is on
+// another node is refused with 0x88 rather than started empty.
+func TestSessionOwnership(t *testing.T) {
+	gws := startNodes(t, 2)
+	cp := func(clean bool) *packet.Connect {
+		c := &packet.Connect{Version: packet.V5, ClientID: []byte("mover"), CleanStart: clean}
+		c.Props.Set(packet.PropSessionExpiry)
+		c.Props.SessionExpiry = 300
+		return c
+	}
+	first, ack := brokertest.Connect(t, gws[0].Addr, cp(true))
+	if ack.Reason != packet.Success {
+		t.Fatalf("first CONNECT: %v", ack.Reason)
+	}
+	brokertest.Eventually(t, 15*time.Second, "node 2 sees node 1 own the session", func() bool {
+		o, ok := gws[1].reg.SessionOwner("mover")
+		return ok && o.Node == "n1"
+	})
+	// Resuming on node 2 would start empty: refused.
+	_, ack = brokertest.Connect(t, gws[1].Addr, cp(false))
+	if ack.Reason != packet.ServerUnavailable {
+		t.Fatalf("resume on another node: CONNACK %v, want 0x88", ack.Reason)
+	}
+	// With clean start the client moves: node 1 lets it go.
+	second, ack := brokertest.Connect(t, gws[1].Addr, cp(true))
+	if ack.Reason != packet.Success {
+		t.Fatalf("clean CONNECT on node 2: %v", ack.Reason)
+	}
+	first.ExpectDisconnect(packet.SessionTakenOver)
+	brokertest.Eventually(t, 15*time.Second, "node 1 has no session of mover", func() bool {
+		st := gws[0].Stats()
+		return st.ClientsConnected == 0 && st.Sessions == 0
+	})
+	brokertest.Eventually(t, 15*time.Second, "node 1 sees node 2 own the session", func() bool {
+		o, ok := gws[0].reg.SessionOwner("mover")
+		return ok && o.Node == "n2"
+	})
+	second.Send(packet.AppendPingreq(nil))
+	second.Expect(packet.PINGRESP, nil)
+}
