@@ -95,6 +95,10 @@ type Config struct {
 	// HW says where the LEDs and the watchdogs are; see package hw.
 	HW hw.Config `yaml:"hw"`
 
+	// Cluster joins this gateway to the other gateways of its line. Left
+	// out (no cluster.listen), the gateway is standalone and needs no etcd.
+	Cluster Cluster `yaml:"cluster"`
+
 	// src records where each value came from (file and line, or a flag),
 	// for error messages. Nil for a Config built in code.
 	src *source
@@ -195,6 +199,48 @@ type MQTT struct {
 	SysInterval *Duration `yaml:"sys_interval"`
 }
 
+// Cluster configures the gateway's membership of a cluster (docs/cluster.md).
+type Cluster struct {
+	// Name names the cluster: its etcd keys live under /linemq/<name>/,
+	// and nodes of another cluster are refused. Default "linemq".
+	Name string `yaml:"name"`
+
+	// Listen is the host:port of the node-to-node transport; setting it
+	// turns clustering on.
+	Listen string `yaml:"listen"`
+
+	// Advertise is the address other nodes dial to reach this one. Default:
+	// Listen, which must then name a host.
+	Advertise string `yaml:"advertise"`
+
+	// Etcd says where the cluster's coordination lives.
+	Etcd Etcd `yaml:"etcd"`
+}
+
+// Etcd is where a cluster's etcd is: external endpoints, or a member run
+// inside this gateway (a 3-gateway line can host its own 3-member etcd).
+type Etcd struct {
+	// Endpoints are the client URLs of an external etcd (3.5 or later
+	// recommended; 3.4 works).
+	Endpoints []string `yaml:"endpoints"`
+
+	// Embed runs an etcd member inside the gateway, its data under
+	// <data_dir>/etcd.
+	Embed bool `yaml:"embed"`
+
+	// Name is the embedded member's name. Default: node_id.
+	Name string `yaml:"name"`
+
+	// PeerListen and ClientListen are the embedded member's peer and
+	// client URLs, e.g. http://10.0.0.11:2380 and http://10.0.0.11:2379.
+	PeerListen   string `yaml:"peer_listen"`
+	ClientListen string `yaml:"client_listen"`
+
+	// InitialCluster lists every member as name=peer-url, comma-separated,
+	// the same on every gateway. Default: this member alone.
+	InitialCluster string `yaml:"initial_cluster"`
+}
+
 // Health configures the gateway's health checks.
 type Health struct {
 	// ProbeInterval is how often the broker's liveness probe and the
@@ -288,6 +334,7 @@ const (
 	DefaultHTTPListen = ":8080"
 	DefaultStrategy   = "round_robin"
 
+	DefaultClusterName   = "linemq"
 	DefaultSysInterval   = 10 * time.Second
 	DefaultProbeInterval = 5 * time.Second
 	DefaultProbeTimeout  = 3 * time.Second
@@ -328,6 +375,7 @@ func Default() *Config {
 		HTTP:                HTTP{Listen: new(DefaultHTTPListen)},
 		SharedSubscriptions: SharedSubscriptions{Strategy: DefaultStrategy},
 		Health:              Health{ProbeInterval: Duration(DefaultProbeInterval), ProbeTimeout: Duration(DefaultProbeTimeout)},
+		Cluster:             Cluster{Name: DefaultClusterName},
 		Storage:             Storage{Sync: SyncMode(bolt.SyncBatch), BatchInterval: Duration(bolt.DefaultBatchInterval)},
 	}
 }

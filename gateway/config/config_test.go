@@ -938,3 +938,27 @@ func TestHWAndHealthKeys(t *testing.T) {
 		t.Errorf("overload %q, groups %q", o.Overload, o.Shares.Overload)
 	}
 }
+
+// TestClusterKeys: the cluster section is off without listen, and when on
+// needs an etcd and an address the other nodes can dial.
+func TestClusterKeys(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"cluster:\n  listen: \"10.0.0.1:7946\"\n", "x.yaml:1: cluster.etcd: no etcd"},
+		{"cluster:\n  listen: \":7946\"\n  etcd:\n    endpoints: [\"http://e:2379\"]\n", "cluster.listen: \":7946\" names no host"},
+		{"cluster:\n  listen: \"gw1:7946\"\n  etcd:\n    embed: true\n", "cluster.etcd.peer_listen: required"},
+		{"cluster:\n  listen: \"gw1:7946\"\n  etcd:\n    endpoints: [\"e:2379\"]\n", "cluster.etcd.endpoints[0]: \"e:2379\" is not a URL"},
+		{"cluster:\n  etcd:\n    embed: true\n", "cluster.listen: not set"},
+	} {
+		c, err := Parse([]byte(tc.yaml), "x.yaml")
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+	c, err := Parse([]byte("cluster:\n  listen: \":7946\"\n  advertise: \"gw1:7946\"\n  etcd:\n    embed: true\n    peer_listen: http://gw1:2380\n    client_listen: http://gw1:2379\n"), "x.yaml")
+	if err != nil || c.Validate() != nil {
+		t.Fatalf("a valid embedded cluster refused: %v / %v", err, c.Validate())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"path"
 	"strconv"
 	"strings"
@@ -83,6 +84,8 @@ func (c *Config) Validate() error {
 	if eh := &e.Health; eh.ProbeTimeout > eh.ProbeInterval {
 		v.fail("health.probe_timeout", fmt.Errorf("%v is longer than health.probe_interval (%v)", eh.ProbeTimeout, eh.ProbeInterval))
 	}
+
+	v.cluster(&e.Cluster)
 
 	for _, err := range unjoin(c.HW.Validate()) {
 		var he *hw.Error
@@ -238,6 +241,52 @@ func (v *validator) addr(key, a string) {
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		v.fail(key, fmt.Errorf("invalid port %q in %q (need 0..65535)", port, a))
+	}
+}
+
+// cluster checks the cluster section: it is on when listen is set, and then
+// needs an etcd, external or embedded.
+func (v *validator) cluster(c *Cluster) {
+	if c.Listen == "" {
+		if c.Etcd.Embed || len(c.Etcd.Endpoints) > 0 {
+			v.fail("cluster.listen", errors.New("not set, so the etcd settings have no effect: set it to this node's host:port for the node-to-node transport"))
+		}
+		return
+	}
+	if strings.ContainsAny(c.Name, "/ ") || c.Name == "" {
+		v.fail("cluster.name", fmt.Errorf("%q must be non-empty, without \"/\" or spaces", c.Name))
+	}
+	v.addr("cluster.listen", c.Listen)
+	adv, key := c.Advertise, "cluster.advertise"
+	if adv == "" {
+		adv, key = c.Listen, "cluster.listen"
+	}
+	if host, _, err := net.SplitHostPort(adv); err == nil {
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			v.fail(key, fmt.Errorf("%q names no host other nodes can dial: set cluster.advertise", adv))
+		}
+	} else if key == "cluster.advertise" {
+		v.addr(key, adv)
+	}
+	e := &c.Etcd
+	switch {
+	case e.Embed && len(e.Endpoints) > 0:
+		v.fail("cluster.etcd", errors.New("both embed and endpoints: choose one"))
+	case !e.Embed && len(e.Endpoints) == 0:
+		v.fail("cluster.etcd", errors.New("no etcd: set endpoints, or embed: true to run a member in this gateway"))
+	case e.Embed:
+		for _, u := range []struct{ key, url string }{{"cluster.etcd.peer_listen", e.PeerListen}, {"cluster.etcd.client_listen", e.ClientListen}} {
+			if u.url == "" {
+				v.fail(u.key, errors.New("required with embed: true (a URL such as http://10.0.0.11:2380)"))
+			} else if _, err := url.Parse(u.url); err != nil || !strings.Contains(u.url, "://") {
+				v.fail(u.key, fmt.Errorf("%q is not a URL", u.url))
+			}
+		}
+	}
+	for i, ep := range e.Endpoints {
+		if !strings.Contains(ep, "://") {
+			v.fail(fmt.Sprintf("cluster.etcd.endpoints[%d]", i), fmt.Errorf("%q is not a URL (http://host:2379)", ep))
+		}
 	}
 }
 
