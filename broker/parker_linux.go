@@ -111,6 +111,7 @@ func (p *parker) loop() {
 	defer close(p.done)
 	events := make([]syscall.EpollEvent, 128)
 	var woken []*conn
+	var lastScan time.Time
 	for {
 		n, err := syscall.EpollWait(p.epfd, events, int(parkerTick/time.Millisecond))
 		if err != nil && err != syscall.EINTR {
@@ -125,12 +126,19 @@ func (p *parker) loop() {
 			}
 		}
 		// Parked clients whose keep alive ran out are woken to be
-		// disconnected; on shutdown or an epoll failure, all are.
+		// disconnected; on shutdown or an epoll failure, all are. The
+		// scan visits every parked connection, so it runs once a tick,
+		// not on every wake: a client's first packet after a pause must
+		// not wait for a walk over thousands of idle ones.
 		now := time.Now()
-		for fd, c := range p.parked {
-			if p.closed || err != nil && err != syscall.EINTR || (!c.kaDeadline.IsZero() && !now.Before(c.kaDeadline)) {
-				p.wakeLocked(fd, c)
-				woken = append(woken, c)
+		failed := err != nil && err != syscall.EINTR
+		if p.closed || failed || now.Sub(lastScan) >= parkerTick {
+			lastScan = now
+			for fd, c := range p.parked {
+				if p.closed || failed || (!c.kaDeadline.IsZero() && !now.Before(c.kaDeadline)) {
+					p.wakeLocked(fd, c)
+					woken = append(woken, c)
+				}
 			}
 		}
 		closed := p.closed
