@@ -1,9 +1,15 @@
 package auth
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/linemq/linemq/broker/topic"
 )
@@ -309,5 +315,66 @@ func BenchmarkCanPublish(b *testing.B) {
 		if !a.canPublish(&s, "devices/plc-7/telemetry/temp") {
 			b.Fatal("denied")
 		}
+	}
+}
+
+// TestMosquittoLoadsSiteACL checks that the ACL the tests use is
+// Mosquitto's syntax, by having Mosquitto load it (less the share lines,
+// which are linemq's own and which Mosquitto 2 refuses).
+func TestMosquittoLoadsSiteACL(t *testing.T) {
+	bin, err := exec.LookPath("mosquitto")
+	if err != nil {
+		t.Skip("mosquitto not installed (apt-get install mosquitto); CI installs it")
+	}
+	dir := t.TempDir()
+	var lines []string
+	for l := range strings.SplitSeq(siteACL, "\n") {
+		if !strings.HasPrefix(l, "share ") {
+			lines = append(lines, l)
+		}
+	}
+	acl := writeFile(t, dir, "acl", strings.Join(lines, "\n"))
+	if _, err := loadACL(acl); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\nacl_file %s\n", port, acl)
+	if os.Geteuid() == 0 {
+		conf += "user root\n"
+	}
+	confFile := writeFile(t, dir, "mosquitto.conf", conf)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out syncBuffer
+	m := exec.CommandContext(ctx, bin, "-c", confFile)
+	m.Stdout, m.Stderr = &out, &out
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- m.Wait() }()
+	defer func() {
+		m.Process.Kill()
+		<-exited
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "running") {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("mosquitto refused the ACL (%v):\n%s", err, out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mosquitto did not start:\n%s", out.String())
+		}
+	}
+	if strings.Contains(out.String(), "Error") {
+		t.Errorf("mosquitto:\n%s", out.String())
 	}
 }

@@ -68,10 +68,10 @@
 // (NAME may be a path.Match pattern such as "hist-*") reserves the share
 // names it matches for the sections that list them: any other client is
 // refused those groups, whatever its topic rules. Names no share line
-// matches are open to everyone. Mosquitto, which ignores lines it does
-// not know, still reads such a file. (shared_subscriptions.groups[].
-// allowed_clients in the configuration restricts groups by client id; the
-// two apply together.)
+// matches are open to everyone. The line is linemq's: Mosquitto 2 refuses
+// a file that has one, so a file shared with Mosquitto must do without.
+// (shared_subscriptions.groups[].allowed_clients in the configuration
+// restricts groups by client id; the two apply together.)
 //
 // Substitutions follow Mosquitto: pattern rules only, anywhere in a level.
 // A rule whose %u or %c cannot be filled in (an anonymous client's %u, or
