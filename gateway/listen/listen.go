@@ -164,9 +164,9 @@ func (l *Listener) URL() string {
 	return u
 }
 
-// Open returns the number of connections open on the listener, handshakes
+// Conns returns the number of connections open on the listener, handshakes
 // in progress included.
-func (l *Listener) Open() int { return int(l.count.open.Load()) }
+func (l *Listener) Conns() int { return int(l.count.open.Load()) }
 
 // Refused returns the number of connections refused at MaxConnections.
 func (l *Listener) Refused() int64 { return l.refused.Load() }

@@ -243,7 +243,7 @@ func TestHandshakeTimeout(t *testing.T) {
 	if d := time.Since(start); d < 150*time.Millisecond {
 		t.Errorf("cut off after %v, before the timeout", d)
 	}
-	brokertest.Eventually(t, 5*time.Second, "place freed", func() bool { return l.Open() == 0 })
+	brokertest.Eventually(t, 5*time.Second, "place freed", func() bool { return l.Conns() == 0 })
 	nc, err := p.dialTLS(l, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +263,7 @@ func TestCloseDuringHandshake(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer silent.Close()
-	brokertest.Eventually(t, 5*time.Second, "accepted", func() bool { return l.Open() == 1 })
+	brokertest.Eventually(t, 5*time.Second, "accepted", func() bool { return l.Conns() == 1 })
 	done := make(chan struct{})
 	go func() {
 		l.Close()

@@ -3,6 +3,7 @@ package listen
 import (
 	"context"
 	"crypto/tls"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -41,6 +42,45 @@ func dialWS(t *testing.T, url string, opts *websocket.DialOptions) (net.Conn, er
 	return websocket.NetConn(context.Background(), c, websocket.MessageBinary), nil
 }
 
+// viaTCP returns a connection for paho.golang whose bytes reach ws intact.
+// paho.golang writes a packet as several Writes (net.Buffers) from
+// whichever goroutine sends it, so on a connection where each Write is a
+// WebSocket message, two packets sent at once can interleave; a TCP
+// connection writes the buffers in one locked writev. A loopback TCP hop
+// in front of the WebSocket keeps each packet whole, and the WebSocket
+// still carries exactly paho's bytes.
+func viaTCP(t *testing.T, ws net.Conn) net.Conn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{}, 2)
+	pump := func(dst, src net.Conn) {
+		io.Copy(dst, src)
+		dst.Close()
+		src.Close()
+		done <- struct{}{}
+	}
+	go pump(ws, server)
+	go pump(server, ws)
+	t.Cleanup(func() {
+		client.Close()
+		<-done
+		<-done
+	})
+	return client
+}
+
 // TestWebSocketWithBroker carries real MQTT over a real WebSocket to a
 // real broker, through an idle spell long enough for the broker to try to
 // park the connection (which sets a read deadline that must not kill it).
@@ -50,12 +90,12 @@ func TestWebSocketWithBroker(t *testing.T) {
 	if want := "ws://" + l.Addr().String() + "/mqtt"; l.URL() != want {
 		t.Errorf("URL %s, want %s", l.URL(), want)
 	}
-	nc, err := dialWS(t, l.URL(), nil)
+	ws, err := dialWS(t, l.URL(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Anonymous and accepted: the remote address is the loopback TCP peer.
-	c, rc := connectV5(t, nc, &paho.Connect{ClientID: "ws-1"})
+	c, rc := connectV5(t, ws, &paho.Connect{ClientID: "ws-1"})
 	if rc != 0 {
 		t.Fatalf("CONNACK 0x%02X", rc)
 	}
@@ -209,11 +249,11 @@ func TestSecureWebSocketIdentity(t *testing.T) {
 		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
 			RootCAs: p.ca.pool(), ServerName: "localhost", Certificates: certs}}}
 	}
-	nc, err := dialWS(t, l.URL(), &websocket.DialOptions{HTTPClient: client(p.plc)})
+	ws, err := dialWS(t, l.URL(), &websocket.DialOptions{HTTPClient: client(p.plc)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, rc := connectV5(t, nc, &paho.Connect{ClientID: "wss-1"})
+	c, rc := connectV5(t, ws, &paho.Connect{ClientID: "wss-1"})
 	if rc != 0 {
 		t.Fatalf("CONNACK 0x%02X", rc)
 	}
