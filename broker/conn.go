@@ -46,7 +46,7 @@ type conn struct {
 	rbuf       []byte    // the read buffer; nil while parked with nothing half-read
 	shorts     int       // consecutive short reads, to shrink rbuf
 	kaDeadline time.Time // keep-alive deadline; zero when none is running
-	partial    time.Time // when the packet still incomplete in rbuf began to arrive; zero when none
+	partial    int64     // when (Unix ns) the packet still incomplete in rbuf began to arrive; 0 when none
 	parkFD     int       // the socket's descriptor while parked, else -1
 	noPark     bool      // the connection cannot be parked (no descriptor)
 	sc         *scratch  // decode structs, borrowed from the server for one read
@@ -54,10 +54,9 @@ type conn struct {
 	r          *router
 	held       []heldAck // acknowledgements waiting for the Store
 
-	// The acknowledgements on their way out, in order (sendAcks).
-	ackMu       sync.Mutex
-	ackq        []*pendingAck
-	ackDraining bool // a goroutine is writing the ready front of ackq
+	// The acknowledgements on their way out, in order, once one had to
+	// wait (sendAcks); nil until then, so an idle connection pays nothing.
+	acks atomic.Pointer[ackQueue]
 
 	unackedIn atomic.Int32 // QoS 1 publishes received and not yet acknowledged
 	syncing   atomic.Int32 // batches of this connection's acks waiting in the syncer
@@ -87,7 +86,8 @@ type conn struct {
 	wdone    chan struct{} // closed once the socket is closed by the writer
 
 	// readable is signalled when a 3.1.1 publisher paused for holding too
-	// many unacknowledged publishes gets one acknowledged.
+	// many unacknowledged publishes gets one acknowledged. Made at CONNECT
+	// for 3.1.1 clients only (v5 clients are held to Receive Maximum).
 	readable chan struct{}
 }
 
@@ -100,7 +100,6 @@ func newConn(srv *Server, nc net.Conn) *conn {
 		problemInfo: true,
 		parkFD:      -1,
 		wdone:       make(chan struct{}),
-		readable:    make(chan struct{}, 1),
 	}
 }
 
@@ -171,9 +170,9 @@ func (c *conn) readLoop() (packet.ReasonCode, error) {
 			buf = buf[:rest]
 			switch {
 			case rest == 0:
-				c.partial = time.Time{}
-			case off > 0 || c.partial.IsZero():
-				c.partial = time.Now() // a new packet began in this read
+				c.partial = 0
+			case off > 0 || c.partial == 0:
+				c.partial = time.Now().UnixNano() // a new packet began in this read
 			}
 			if n < cap(buf)/4 {
 				c.shorts++
@@ -213,10 +212,10 @@ func (c *conn) armDeadline(parkAfter time.Duration) {
 		c.kaDeadline = now.Add(c.keepAlive * 3 / 2)
 	}
 	d := c.kaDeadline // zero: no keep alive [MQTT-3.1.2-22]
-	if to := c.srv.opts.PartialPacketTimeout; to > 0 && !c.partial.IsZero() {
+	if to := c.srv.opts.PartialPacketTimeout; to > 0 && c.partial != 0 {
 		// Half a packet: it must be completed in time, and the connection
 		// is not parked meanwhile (its read buffer is in use).
-		if p := c.partial.Add(to); d.IsZero() || p.Before(d) {
+		if p := time.Unix(0, c.partial).Add(to); d.IsZero() || p.Before(d) {
 			d = p
 		}
 		c.nc.SetReadDeadline(d)
@@ -233,7 +232,7 @@ func (c *conn) armDeadline(parkAfter time.Duration) {
 // idle reports whether a read error is the idle deadline of a connected
 // client rather than its keep-alive deadline or a real failure.
 func (c *conn) idle(err error) bool {
-	if !c.connected || !errors.Is(err, os.ErrDeadlineExceeded) || !c.partial.IsZero() {
+	if !c.connected || !errors.Is(err, os.ErrDeadlineExceeded) || c.partial != 0 {
 		return false
 	}
 	return c.kaDeadline.IsZero() || time.Now().Before(c.kaDeadline)
@@ -255,8 +254,8 @@ func (c *conn) readError(err error) (packet.ReasonCode, error) {
 		case !c.connected:
 			return 0, errConnectTimeout
 		case c.isClosing():
-		case !c.partial.IsZero() && c.srv.opts.PartialPacketTimeout > 0 &&
-			!time.Now().Before(c.partial.Add(c.srv.opts.PartialPacketTimeout)):
+		case c.partial != 0 && c.srv.opts.PartialPacketTimeout > 0 &&
+			!time.Now().Before(time.Unix(0, c.partial).Add(c.srv.opts.PartialPacketTimeout)):
 			return errPartialPacket.Code, errPartialPacket
 		case c.keepAlive > 0:
 			return packet.KeepAliveTimeout, errKeepAlive
@@ -580,7 +579,7 @@ func (c *conn) writeBytes(b []byte) {
 func (c *conn) writeAck(t packet.Type, pid uint16, reason packet.ReasonCode) {
 	if t == packet.PUBACK && c.unackedIn.Add(-1) < int32(c.srv.opts.ReceiveMaximum) && c.version < packet.V5 {
 		select {
-		case c.readable <- struct{}{}:
+		case c.readable <- struct{}{}: // made at CONNECT for 3.1.1 clients
 		default:
 		}
 	}

@@ -32,6 +32,9 @@ func (c *conn) handleConnect(body []byte) error {
 	}
 	c.setVersion(p.Version)
 	v5 := c.version >= packet.V5
+	if !v5 {
+		c.readable = make(chan struct{}, 1) // see pauseWhileHeld
+	}
 	opts := &c.srv.opts
 
 	if v5 {

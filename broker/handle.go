@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 
 	"github.com/linemq/linemq/broker/packet"
@@ -282,15 +283,30 @@ func (c *conn) sendAcks(held []heldAck, err error) {
 	}
 	// The common case costs nothing more: plain acknowledgements with
 	// nothing queued before them are written at once, in order.
-	c.ackMu.Lock()
-	if simple && len(c.ackq) == 0 && !c.ackDraining {
-		for _, a := range held {
-			c.writeAck(a.t, a.pid, a.rc)
+	// (sendAcks runs on the reader, or on the syncer while the reader
+	// leaves this connection's acknowledgements to it: one at a time.)
+	q := c.acks.Load()
+	if simple {
+		if q == nil {
+			for _, a := range held {
+				c.writeAck(a.t, a.pid, a.rc)
+			}
+			return
 		}
-		c.ackMu.Unlock()
-		return
+		q.mu.Lock()
+		if len(q.q) == 0 && !q.draining {
+			for _, a := range held {
+				c.writeAck(a.t, a.pid, a.rc)
+			}
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
 	}
-	c.ackMu.Unlock()
+	if q == nil {
+		c.acks.CompareAndSwap(nil, new(ackQueue))
+		q = c.acks.Load()
+	}
 
 	ps := make([]*pendingAck, 0, len(held))
 	for _, a := range held {
@@ -313,12 +329,20 @@ func (c *conn) sendAcks(held []heldAck, err error) {
 		}
 		ps = append(ps, p)
 	}
-	c.ackMu.Lock()
-	c.ackq = append(c.ackq, ps...)
-	c.ackMu.Unlock()
+	q.mu.Lock()
+	q.q = append(q.q, ps...)
+	q.mu.Unlock()
 	for _, p := range ps {
 		p.unblock()
 	}
+}
+
+// ackQueue holds a connection's acknowledgements once one of them had to
+// wait, so that those after it wait behind it.
+type ackQueue struct {
+	mu       sync.Mutex
+	q        []*pendingAck
+	draining bool // a goroutine is writing the ready front of q
 }
 
 // pendingAck is an acknowledgement in the connection's queue, written once
@@ -354,39 +378,40 @@ func (p *pendingAck) unblock() {
 		return
 	}
 	c := p.c
-	c.ackMu.Lock()
-	if c.ackDraining {
-		c.ackMu.Unlock()
+	q := c.acks.Load()
+	q.mu.Lock()
+	if q.draining {
+		q.mu.Unlock()
 		return // the writer at work sees p when it looks again
 	}
-	c.ackDraining = true
+	q.draining = true
 	wrote := false
 	for {
 		n := 0
-		for n < len(c.ackq) && c.ackq[n].blocked.Load() <= 0 {
+		for n < len(q.q) && q.q[n].blocked.Load() <= 0 {
 			n++
 		}
 		if n == 0 {
-			c.ackDraining = false
-			c.ackMu.Unlock()
+			q.draining = false
+			q.mu.Unlock()
 			break
 		}
-		ready := append([]*pendingAck(nil), c.ackq[:n]...)
-		clear(c.ackq[:n])
-		c.ackq = c.ackq[n:]
-		if len(c.ackq) == 0 {
-			c.ackq = nil
+		ready := append([]*pendingAck(nil), q.q[:n]...)
+		clear(q.q[:n])
+		q.q = q.q[n:]
+		if len(q.q) == 0 {
+			q.q = nil
 		}
-		c.ackMu.Unlock()
-		for _, q := range ready {
-			if q.a.reply != nil {
-				c.sendReply(q.a, q.err)
+		q.mu.Unlock()
+		for _, r := range ready {
+			if r.a.reply != nil {
+				c.sendReply(r.a, r.err)
 			} else {
-				c.writeAck(q.a.t, q.a.pid, q.a.rc)
+				c.writeAck(r.a.t, r.a.pid, r.a.rc)
 			}
 		}
 		wrote = true
-		c.ackMu.Lock()
+		q.mu.Lock()
 	}
 	if wrote {
 		c.signal()
