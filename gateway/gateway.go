@@ -37,8 +37,10 @@ import (
 	"time"
 
 	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/gateway/auth"
 	"github.com/linemq/linemq/gateway/config"
 	"github.com/linemq/linemq/gateway/health"
+	"github.com/linemq/linemq/gateway/listen"
 	"github.com/linemq/linemq/gateway/web"
 	"github.com/linemq/linemq/hw"
 	"github.com/linemq/linemq/hw/led"
@@ -78,7 +80,9 @@ type Gateway struct {
 	health  *health.Registry
 	hw      *hw.Hardware
 	web     *web.Server  // nil when http.listen is empty
-	mqtt    net.Listener // nil when disabled
+	mqtt    net.Listener // the mqtt.listen shortcut; nil when disabled
+	extra   []*listen.Listener
+	auth    *auth.Authenticator
 	http    net.Listener // nil when disabled
 	started time.Time
 
@@ -132,7 +136,13 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	tracker := web.NewTracker(nil)
+	authn, err := auth.New(cfg.Auth, auth.Options{Logger: log.With("component", "auth")})
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	bo := cfg.BrokerOptions()
+	bo.Auth = authn
 	bo.Logger = log.With("component", "broker")
 	bo.Store = store
 	bo.Events = tracker
@@ -142,7 +152,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g := &Gateway{
-		cfg: cfg, log: log, srv: srv, store: store, started: time.Now(),
+		cfg: cfg, log: log, srv: srv, store: store, started: time.Now(), auth: authn,
 		health:  health.New(health.Options{Logger: log.With("component", "health")}),
 		ready:   make(chan struct{}),
 		stopped: make(chan struct{}), trimStop: make(chan struct{}), hwStop: make(chan struct{}),
@@ -174,8 +184,11 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		if g.mqtt, err = lc.Listen(ctx, "tcp", addr); err != nil {
 			return nil, fmt.Errorf("gateway: mqtt listener: %w", err)
 		}
-	} else {
-		log.Warn("MQTT listener disabled (mqtt.listen is empty)")
+	} else if len(cfg.Listeners) == 0 {
+		log.Warn("MQTT listener disabled (mqtt.listen is empty and no listeners are configured)")
+	}
+	if g.extra, err = listen.Open(ctx, cfg.Listeners, listen.Options{Logger: log.With("component", "listen")}); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	if addr := *cfg.HTTP.Listen; addr != "" {
 		var lc net.ListenConfig
@@ -196,6 +209,11 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	if g.mqtt != nil {
 		g.serve("mqtt", g.mqtt)
 		g.health.Set("listener.mqtt", health.OK, "accepting on "+g.mqtt.Addr().String())
+	}
+	for _, l := range g.extra {
+		name := fmt.Sprintf("%s.%s", l.Type(), l.Addr())
+		g.serve(string(l.Type()), l)
+		g.health.Set("listener."+name, health.OK, "accepting on "+l.URL())
 	}
 	if g.web != nil {
 		g.web.Start()
@@ -229,6 +247,19 @@ func (g *Gateway) Health() *health.Registry { return g.health }
 
 // Hardware returns the LEDs and watchdogs the gateway drives.
 func (g *Gateway) Hardware() *hw.Hardware { return g.hw }
+
+// Listeners returns the addresses of the MQTT listeners: mqtt.listen's
+// first, then the configured ones.
+func (g *Gateway) Listeners() []net.Addr {
+	var as []net.Addr
+	if g.mqtt != nil {
+		as = append(as, g.mqtt.Addr())
+	}
+	for _, l := range g.extra {
+		as = append(as, l.Addr())
+	}
+	return as
+}
 
 // HTTPAddr returns the address the status page listens on, or nil when it
 // is disabled.
@@ -333,6 +364,9 @@ func (g *Gateway) newWeb(tracker *web.Tracker, version string) (*web.Server, err
 			var ls []web.Listener
 			if g.mqtt != nil {
 				ls = append(ls, web.Listener{Proto: "mqtt", Addr: g.mqtt.Addr().String()})
+			}
+			for _, l := range g.extra {
+				ls = append(ls, web.Listener{Proto: string(l.Type()), Addr: l.Addr().String()})
 			}
 			if g.http != nil {
 				ls = append(ls, web.Listener{Proto: "http", Addr: g.http.Addr().String()})
@@ -502,6 +536,20 @@ func (g *Gateway) closeListeners() {
 			l.Close() // errors: already closed by Shutdown, which is fine
 		}
 	}
+	for _, l := range g.extra {
+		l.Close()
+	}
+}
+
+// Reload reads the password and ACL files and the listeners' certificates
+// again (on SIGHUP). Connected clients stay; a file that no longer reads
+// leaves the previous one in force and is reported.
+func (g *Gateway) Reload() error {
+	errs := []error{g.auth.Reload()}
+	for _, l := range g.extra {
+		errs = append(errs, l.Reload())
+	}
+	return errors.Join(errs...)
 }
 
 // Run starts the gateway, keeps it running until ctx is cancelled or a

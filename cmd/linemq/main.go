@@ -7,11 +7,13 @@
 //	       [-data-dir DIR] [-node-id NAME] [-log-level LEVEL] [-log-format FORMAT]
 //	linemq -version
 //	linemq db check|compact [-data-dir DIR] [FILE]
+//	linemq passwd [-c] [-stdin] [-D] FILE USER
 //
 // Without -config it runs on the built-in defaults. Flags given on the
 // command line override the configuration file; flags left out do not, so
 // their defaults below apply only when the file does not set the key
-// either. SIGTERM or SIGINT shuts it down gracefully: clients are told
+// either. SIGHUP reloads the password and ACL files and the TLS
+// certificates without dropping clients. SIGTERM or SIGINT shuts it down gracefully: clients are told
 // (v5 DISCONNECT 0x8B) and the process exits 0 within 5 seconds; a second
 // signal kills it at once.
 //
@@ -65,6 +67,9 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "db" {
 		return runDB(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "passwd" {
+		return runPasswd(args[1:], os.Stdin, stdout, stderr)
 	}
 	fs, configFile, showVersion := newFlagSet(stderr)
 	if err := fs.Parse(args); err != nil {
@@ -120,10 +125,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case <-ctx.Done():
 	case <-g.Done():
 	}
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down", "cause", context.Cause(ctx))
-	case <-g.Done():
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+wait:
+	for {
+		select {
+		case <-hup:
+			if err := g.Reload(); err != nil {
+				log.Error("reload failed; the previous files stay in force", "err", err)
+			} else {
+				log.Info("reloaded")
+			}
+		case <-ctx.Done():
+			log.Info("shutting down", "cause", context.Cause(ctx))
+			break wait
+		case <-g.Done():
+			break wait
+		}
 	}
 	if err := g.Close(); err != nil {
 		log.Error("linemq failed", "err", err)
@@ -159,6 +178,8 @@ const usage = `Usage:
   linemq [-config FILE] [flags]    run the broker
   linemq db check|compact [FILE]   check or compact the database offline
                                    (linemq db -h for its flags)
+  linemq passwd [-c] FILE USER     add or change a user in a password file
+                                   (Mosquitto's format; linemq passwd -h)
   linemq -version                  print the version
 
 Flags override the configuration file:

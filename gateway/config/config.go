@@ -55,6 +55,8 @@ import (
 	"time"
 
 	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/gateway/auth"
+	"github.com/linemq/linemq/gateway/listen"
 	"github.com/linemq/linemq/hw"
 	"github.com/linemq/linemq/storage/bolt"
 )
@@ -94,6 +96,16 @@ type Config struct {
 
 	// HW says where the LEDs and the watchdogs are; see package hw.
 	HW hw.Config `yaml:"hw"`
+
+	// Listeners are MQTT listeners beyond mqtt.listen (or instead of it,
+	// when that is ""): TCP, TLS, WebSocket and secure WebSocket, each with
+	// its own connection limit (docs/security.md).
+	Listeners listen.Configs `yaml:"listeners"`
+
+	// Auth decides who may connect and what they may publish and subscribe
+	// to: Mosquitto's password and ACL files. Left out, anonymous clients
+	// are accepted from this machine only.
+	Auth auth.Config `yaml:"auth"`
 
 	// Cluster joins this gateway to the other gateways of its line. Left
 	// out (no cluster.listen), the gateway is standalone and needs no etcd.

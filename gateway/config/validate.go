@@ -12,6 +12,8 @@ import (
 	"unicode"
 
 	"github.com/linemq/linemq/broker/packet"
+	"github.com/linemq/linemq/gateway/auth"
+	"github.com/linemq/linemq/gateway/listen"
 	"github.com/linemq/linemq/hw"
 )
 
@@ -86,6 +88,23 @@ func (c *Config) Validate() error {
 	}
 
 	v.cluster(&e.Cluster)
+
+	for _, err := range unjoin(c.Listeners.Validate()) {
+		var le *listen.Error
+		if errors.As(err, &le) {
+			v.fail(le.Key, le.Err) // already a full key: listeners[1].cert_file
+		} else {
+			v.fail("listeners", err)
+		}
+	}
+	for _, err := range unjoin(c.Auth.Validate()) {
+		var ae *auth.Error
+		if errors.As(err, &ae) {
+			v.fail("auth."+ae.Key, ae.Err)
+		} else {
+			v.fail("auth", err)
+		}
+	}
 
 	for _, err := range unjoin(c.HW.Validate()) {
 		var he *hw.Error

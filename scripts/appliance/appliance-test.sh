@@ -94,6 +94,10 @@ overlay=$repo/buildroot/board/linemq/common/rootfs-overlay
 {
 	cat "$overlay/etc/linemq/linemq.yaml"
 	printf '  watchdog: {device: /dev/watchdog, timeout: 5s}\n'
+	# The host reaches the guest from 10.0.2.2: not this machine, so
+	# anonymous clients need letting in (the factory default is loopback
+	# only).
+	printf 'auth:\n  allow_anonymous: true\n'
 } >"$root/etc/linemq/linemq.yaml"
 install -D -m 0755 "$overlay/usr/libexec/linemq/apply-config" "$root/usr/libexec/linemq/apply-config"
 mkdir -p "$root/boot" "$root/testdata"
@@ -101,6 +105,7 @@ mkdir -p "$root/boot" "$root/testdata"
 	echo "node_id: appliance-qemu-1"
 	grep -v '^ *#' "$repo/buildroot/board/linemq/common/boot-linemq.yaml" | grep -v '^$'
 	printf '  watchdog: {device: /dev/watchdog, timeout: 5s}\n'
+	printf 'auth:\n  allow_anonymous: true\n'
 } >"$root/testdata/good.yaml"
 printf 'node_id: appliance-qemu-2\nmqtt:\n  listen: ":1883"\n  max_keepalive: 0\n' >"$root/testdata/bad.yaml"
 echo "  boot partition's linemq.yaml, first boot:"

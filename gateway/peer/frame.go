@@ -1,0 +1,172 @@
+package peer
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/linemq/linemq/broker"
+)
+
+// A frame is what one Stream.Send carries: a version byte and then records,
+// each a kind byte, a 4-byte big-endian body length and the body. The
+// length lets a receiver skip a kind it does not know, so a newer node can
+// add kinds without breaking an older one.
+const (
+	frameVersion = 1
+	recHeader    = 5 // kind + length
+
+	// frameTarget is the size at which the writer closes a frame and
+	// starts another, so one huge batch does not become one huge gRPC
+	// message (and one huge allocation on the receiving node).
+	frameTarget = 256 << 10
+)
+
+// kind is a record's kind.
+type kind uint8
+
+const (
+	// kindForward: a message for the receiving node's ordinary
+	// subscribers. Body: the message's binary form (broker.Message).
+	kindForward kind = iota + 1
+	// kindDeliver: a message for one client of one share group. Body:
+	// uvarint seq, then group, filter and client (each a uvarint length
+	// and bytes), then the message's binary form.
+	kindDeliver
+	// kindAnswer: the receiving node's answer to a kindDeliver. Body:
+	// uvarint seq, a status byte, then (for statusError) the error text.
+	kindAnswer
+	// kindPing and kindPong: liveness and round trip time. Body: uvarint
+	// seq; a pong echoes its ping's.
+	kindPing
+	kindPong
+)
+
+// The status of an answer.
+const (
+	statusAccepted = 1
+	statusNotHere  = 2
+	statusError    = 3
+)
+
+// errMalformed is returned for a frame or record that does not decode.
+var errMalformed = errors.New("peer: malformed frame")
+
+// outRec is one record waiting in a link's queue. Encoding happens on the
+// writer goroutine, so the publish path only appends a small struct.
+type outRec struct {
+	kind   kind
+	status uint8
+	seq    uint64
+	msg    *broker.Message
+	to     Target
+	text   string // the error text of a statusError answer
+}
+
+// appendRecord appends r's encoding to dst.
+func appendRecord(dst []byte, r *outRec) []byte {
+	dst = append(dst, byte(r.kind), 0, 0, 0, 0)
+	start := len(dst)
+	switch r.kind {
+	case kindForward:
+		dst = r.msg.AppendBinary(dst)
+	case kindDeliver:
+		dst = binary.AppendUvarint(dst, r.seq)
+		dst = appendString(dst, r.to.Group)
+		dst = appendString(dst, r.to.Filter)
+		dst = appendString(dst, r.to.Client)
+		dst = r.msg.AppendBinary(dst)
+	case kindAnswer:
+		dst = binary.AppendUvarint(dst, r.seq)
+		dst = append(dst, r.status)
+		dst = append(dst, r.text...)
+	case kindPing, kindPong:
+		dst = binary.AppendUvarint(dst, r.seq)
+	}
+	binary.BigEndian.PutUint32(dst[start-4:start], uint32(len(dst)-start))
+	return dst
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// inRec is one decoded record. Its slices alias the frame.
+type inRec struct {
+	kind   kind
+	seq    uint64
+	status uint8
+	to     [3][]byte // group, filter, client
+	body   []byte    // the message (forward, deliver) or error text (answer)
+}
+
+// frameReader walks the records of one frame.
+type frameReader struct{ b []byte }
+
+// newFrameReader checks the frame's version.
+func newFrameReader(frame []byte) (frameReader, error) {
+	if len(frame) == 0 || frame[0] != frameVersion {
+		return frameReader{}, errMalformed
+	}
+	return frameReader{b: frame[1:]}, nil
+}
+
+// next decodes the next record into r. It returns false at the end of the
+// frame, and an error for a record that does not decode; a record of a
+// kind it does not know is skipped.
+func (f *frameReader) next(r *inRec) (bool, error) {
+	for len(f.b) > 0 {
+		if len(f.b) < recHeader {
+			return false, errMalformed
+		}
+		k := kind(f.b[0])
+		n := binary.BigEndian.Uint32(f.b[1:recHeader])
+		if uint64(n) > uint64(len(f.b)-recHeader) {
+			return false, errMalformed
+		}
+		body := f.b[recHeader : recHeader+int(n)]
+		f.b = f.b[recHeader+int(n):]
+		if k < kindForward || k > kindPong {
+			continue // a newer node's kind: skip it
+		}
+		*r = inRec{kind: k}
+		if err := r.decode(body); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+func (r *inRec) decode(b []byte) error {
+	if r.kind == kindForward {
+		r.body = b
+		return nil
+	}
+	seq, n := binary.Uvarint(b)
+	if n <= 0 {
+		return errMalformed
+	}
+	r.seq, b = seq, b[n:]
+	switch r.kind {
+	case kindDeliver:
+		for i := range r.to {
+			l, n := binary.Uvarint(b)
+			if n <= 0 || l > uint64(len(b)-n) {
+				return errMalformed
+			}
+			r.to[i], b = b[n:n+int(l)], b[n+int(l):]
+		}
+		r.body = b
+	case kindAnswer:
+		if len(b) == 0 || b[0] < statusAccepted || b[0] > statusError {
+			return errMalformed
+		}
+		r.status, r.body = b[0], b[1:]
+	default: // ping, pong
+		if len(b) != 0 {
+			return errMalformed
+		}
+	}
+	return nil
+}

@@ -1,0 +1,704 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/linemq/linemq/broker"
+)
+
+// link is this node's side of one peer: the peer's queue, its current
+// session (stream), the directed deliveries awaiting an answer, its
+// breaker and its counters. A link lives from SetPeers listing the peer
+// to SetPeers dropping it (or Close); sessions come and go within it.
+type link struct {
+	m    *Mesh
+	name string
+	dial bool // this node dials the peer; otherwise the peer dials it
+	log  *slog.Logger
+
+	ctx    context.Context // ends when the link is closed
+	cancel context.CancelFunc
+	redial chan struct{} // capacity 1: the address changed, dial again now
+
+	br *gobreaker.TwoStepCircuitBreaker[struct{}]
+	// word is what Available reads: readyBit while the current session
+	// has answered a ping, and the breaker's state shifted left by one.
+	// The peer is available when it is exactly readyBit (ready, closed).
+	word atomic.Uint32
+	// tripNow makes the breaker open on the next failure reported, for
+	// failures that are certain rather than counted (a broken stream, a
+	// missed pong).
+	tripNow atomic.Bool
+
+	mu     sync.Mutex
+	addr   string
+	closed bool
+	sess   *session // nil while there is no stream
+	q      []outRec // waiting for sess's writer
+	fl     inflight // directed deliveries awaiting an answer
+	seq    uint64   // the last delivery's sequence number
+	ping   pingState
+	rtt    rttStats
+
+	c counters
+}
+
+// session is one stream of a link, with its three goroutines: a writer,
+// a reader, and a clock (pings and deadlines). It ends once, in end.
+type session struct {
+	l     *link
+	s     Stream
+	done  chan struct{} // closed when the session ends
+	wake  chan struct{} // capacity 1: records are queued
+	rearm chan struct{} // capacity 1: a deadline earlier than the clock's is due
+	ended bool          // under l.mu
+}
+
+// pingState is the one ping a session may have outstanding.
+type pingState struct {
+	out      bool
+	seq      uint64
+	sent     time.Time
+	deadline time.Time
+	// report is the breaker's when the ping is a half-open probe, nil
+	// for a routine ping while the breaker is closed (a routine pong
+	// must not reset the count of deliveries timing out in a row).
+	report func(error)
+}
+
+const readyBit = 1
+
+// errExcluded is reported to the breaker for a request that was let
+// through but then not made, so it counts neither way.
+var errExcluded = errors.New("peer: not sent")
+
+func (m *Mesh) newLink(name, addr string) *link {
+	l := &link{
+		m:      m,
+		name:   name,
+		dial:   m.opts.Node < name,
+		log:    m.log.With("peer", name),
+		addr:   addr,
+		redial: make(chan struct{}, 1),
+	}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.br = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        name,
+		MaxRequests: 1, // one probe at a time
+		Timeout:     m.opts.OpenTimeout,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.ConsecutiveFailures >= uint32(m.opts.FailureThreshold) || l.tripNow.Load()
+		},
+		IsExcluded: func(err error) bool {
+			return errors.Is(err, errExcluded) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+		},
+		// Called under the breaker's lock: it must not call the
+		// breaker or take l.mu.
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			l.setWord(func(w uint32) uint32 { return w&readyBit | uint32(to)<<1 })
+			switch to {
+			case gobreaker.StateOpen:
+				l.c.opens.Add(1)
+			case gobreaker.StateHalfOpen:
+				l.c.probes.Add(1)
+			}
+			l.log.Info("peer breaker", "from", from.String(), "to", to.String())
+		},
+	})
+	if l.dial {
+		m.wg.Add(1)
+		go l.dialLoop()
+	}
+	return l
+}
+
+// setWord updates the availability word.
+func (l *link) setWord(f func(uint32) uint32) {
+	for {
+		w := l.word.Load()
+		if l.word.CompareAndSwap(w, f(w)) {
+			return
+		}
+	}
+}
+
+func (l *link) available() bool { return l.word.Load() == readyBit }
+
+func (l *link) breakerState() BreakerState { return BreakerState(l.word.Load() >> 1) }
+
+// trip opens the breaker now if it is closed.
+func (l *link) trip(err error) {
+	l.tripNow.Store(true)
+	if report, e := l.br.Allow(); e == nil {
+		report(err)
+	}
+	l.tripNow.Store(false)
+}
+
+func (l *link) setAddr(addr string) {
+	l.mu.Lock()
+	if addr == l.addr {
+		l.mu.Unlock()
+		return
+	}
+	l.addr = addr
+	s := l.sess
+	l.mu.Unlock()
+	if !l.dial {
+		return
+	}
+	// The node registered anew elsewhere: the stream, if any, is to
+	// where it was.
+	if s != nil {
+		l.end(s, fmt.Errorf("%w: address changed", ErrBroken))
+	}
+	select {
+	case l.redial <- struct{}{}:
+	default:
+	}
+}
+
+// close ends the link for good: pending deliveries complete with err.
+func (l *link) close(err error) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.closed = true
+	s := l.sess
+	l.mu.Unlock()
+	l.cancel()
+	if s != nil {
+		l.end(s, err)
+	}
+}
+
+// attach makes st the link's stream, ending the one before (a peer that
+// dials again has given up on it), and starts its goroutines.
+func (l *link) attach(st Stream) (*session, error) {
+	for {
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			st.Close()
+			return nil, ErrClosed
+		}
+		old := l.sess
+		if old == nil {
+			s := &session{
+				l:     l,
+				s:     st,
+				done:  make(chan struct{}),
+				wake:  make(chan struct{}, 1),
+				rearm: make(chan struct{}, 1),
+			}
+			l.sess = s
+			l.m.wg.Add(3)
+			l.mu.Unlock()
+			l.c.streams.Add(1)
+			l.log.Info("peer stream up", "dialled", l.dial)
+			go l.writer(s)
+			go l.reader(s)
+			go l.clock(s)
+			return s, nil
+		}
+		l.mu.Unlock()
+		l.end(old, fmt.Errorf("%w: replaced by a new stream", ErrBroken))
+	}
+}
+
+// end ends session s, once: the stream is closed, the peer becomes
+// unavailable and its breaker opens, queued forwards are dropped, and
+// every pending delivery completes with err at once.
+func (l *link) end(s *session, err error) {
+	l.mu.Lock()
+	if s.ended {
+		l.mu.Unlock()
+		return
+	}
+	s.ended = true
+	close(s.done)
+	if l.sess == s {
+		l.sess = nil
+	}
+	l.setWord(func(w uint32) uint32 { return w &^ readyBit })
+	q := l.q
+	l.q = nil
+	pend := l.fl.drain(nil)
+	probe := l.ping.report
+	l.ping = pingState{}
+	l.mu.Unlock()
+
+	s.s.Close()
+	var dropped uint64
+	for i := range q {
+		if q[i].kind == kindForward {
+			dropped++
+		}
+	}
+	l.c.dropped.Add(dropped)
+	if probe != nil {
+		probe(err) // a half-open probe failed: open again
+	}
+	l.trip(err)
+	if !errors.Is(err, ErrClosed) {
+		l.c.broken.Add(uint64(len(pend)))
+	}
+	for i := range pend {
+		pend[i].finish(err, err)
+	}
+	l.log.Warn("peer stream down", "err", err, "pending", len(pend), "dropped", dropped)
+}
+
+// send queues an ordinary forward.
+func (l *link) send(msg *broker.Message) error {
+	if !l.available() {
+		l.c.rejected.Add(1)
+		return ErrUnavailable
+	}
+	l.mu.Lock()
+	s := l.sess
+	if s == nil {
+		l.mu.Unlock()
+		l.c.rejected.Add(1)
+		return ErrUnavailable
+	}
+	if len(l.q) >= l.m.opts.MaxQueued {
+		l.mu.Unlock()
+		l.c.rejected.Add(1)
+		return ErrQueueFull
+	}
+	l.q = append(l.q, outRec{kind: kindForward, msg: msg})
+	l.mu.Unlock()
+	s.signal()
+	return nil
+}
+
+// deliver queues a directed delivery and records it as pending.
+func (l *link) deliver(ctx context.Context, to Target, msg *broker.Message, done func(error)) error {
+	if !l.available() {
+		l.c.rejected.Add(1)
+		return ErrUnavailable
+	}
+	report, err := l.br.Allow()
+	if err != nil {
+		l.c.rejected.Add(1)
+		return ErrUnavailable
+	}
+	l.mu.Lock()
+	s := l.sess
+	var refuse error
+	switch {
+	case s == nil || !l.available():
+		refuse = ErrUnavailable
+	case len(l.q) >= l.m.opts.MaxQueued || l.fl.len() >= l.m.opts.MaxInFlight:
+		refuse = ErrQueueFull
+	}
+	if refuse != nil {
+		l.mu.Unlock()
+		report(errExcluded)
+		l.c.rejected.Add(1)
+		return refuse
+	}
+	l.seq++
+	seq := l.seq
+	p := pending{
+		seq:      seq,
+		deadline: time.Now().Add(l.m.opts.DeliverTimeout),
+		done:     done,
+		report:   report,
+	}
+	if ctx.Done() != nil {
+		// Registered under l.mu, so the entry holds stop before anyone
+		// can take it; the function itself waits for l.mu.
+		p.stop = context.AfterFunc(ctx, func() { l.cancelled(seq, ctx) })
+	}
+	head := l.fl.push(p)
+	l.q = append(l.q, outRec{kind: kindDeliver, seq: seq, msg: msg, to: to})
+	l.mu.Unlock()
+	if head {
+		select {
+		case s.rearm <- struct{}{}:
+		default:
+		}
+	}
+	s.signal()
+	return nil
+}
+
+// cancelled completes delivery seq with ctx's error, if it still waits.
+func (l *link) cancelled(seq uint64, ctx context.Context) {
+	l.mu.Lock()
+	p, ok := l.fl.take(seq)
+	l.mu.Unlock()
+	if ok {
+		p.finish(ctx.Err(), errExcluded)
+	}
+}
+
+// control queues an answer or a pong for s, whatever the queue's length:
+// they are few (one per record the peer sent) and the peer waits on them.
+func (l *link) control(s *session, rec outRec) {
+	l.mu.Lock()
+	if l.sess != s {
+		l.mu.Unlock()
+		return
+	}
+	l.q = append(l.q, rec)
+	l.mu.Unlock()
+	s.signal()
+}
+
+func (s *session) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writer sends whatever is queued, as few frames as frameTarget allows,
+// until the session ends.
+func (l *link) writer(s *session) {
+	defer l.m.wg.Done()
+	var batch []outRec
+	buf := make([]byte, 0, 4<<10)
+	for {
+		select {
+		case <-s.wake:
+		case <-s.done:
+			return
+		}
+		l.mu.Lock()
+		if l.sess != s {
+			l.mu.Unlock()
+			return
+		}
+		batch, l.q = l.q, batch[:0]
+		l.mu.Unlock()
+		var err error
+		buf, err = l.write(s, batch, buf)
+		clear(batch) // let the messages go
+		if err != nil {
+			l.end(s, fmt.Errorf("%w: %v", ErrBroken, err))
+			return
+		}
+		if cap(buf) > 4*frameTarget {
+			buf = make([]byte, 0, 4<<10) // a huge message passed: do not keep its buffer
+		}
+	}
+}
+
+// write encodes batch into frames and sends them; it returns buf for reuse.
+func (l *link) write(s *session, batch []outRec, buf []byte) ([]byte, error) {
+	buf = append(buf[:0], frameVersion)
+	n := 0
+	flush := func() error {
+		if err := s.s.Send(buf); err != nil {
+			return err
+		}
+		l.c.sentFrames.Add(1)
+		l.c.sentBytes.Add(uint64(len(buf)))
+		l.c.sentRecords.Add(uint64(n))
+		buf, n = append(buf[:0], frameVersion), 0
+		return nil
+	}
+	for i := range batch {
+		buf = appendRecord(buf, &batch[i])
+		n++
+		if len(buf) >= frameTarget {
+			if err := flush(); err != nil {
+				return buf, err
+			}
+		}
+	}
+	if n > 0 {
+		return buf, flush()
+	}
+	return buf, nil
+}
+
+// reader receives frames and hands their records over until the stream
+// ends.
+func (l *link) reader(s *session) {
+	defer l.m.wg.Done()
+	for {
+		frame, err := s.s.Recv()
+		if err != nil {
+			l.end(s, fmt.Errorf("%w: %v", ErrBroken, err))
+			return
+		}
+		l.c.recvFrames.Add(1)
+		l.c.recvBytes.Add(uint64(len(frame)))
+		if err := l.dispatch(s, frame); err != nil {
+			l.c.malformed.Add(1)
+			l.end(s, fmt.Errorf("%w: %v", ErrBroken, err))
+			return
+		}
+	}
+}
+
+// dispatch handles one frame's records.
+func (l *link) dispatch(s *session, frame []byte) error {
+	fr, err := newFrameReader(frame)
+	if err != nil {
+		return err
+	}
+	h := l.m.opts.Handler
+	var r inRec
+	for {
+		ok, err := fr.next(&r)
+		if err != nil || !ok {
+			return err
+		}
+		l.c.recvRecords.Add(1)
+		switch r.kind {
+		case kindForward:
+			m, err := broker.UnmarshalMessage(r.body)
+			if err != nil {
+				l.c.malformed.Add(1) // a message this node cannot read: skip it
+				continue
+			}
+			h.Forward(l.name, m)
+		case kindDeliver:
+			rep := Reply{s: s, seq: r.seq}
+			m, err := broker.UnmarshalMessage(r.body)
+			if err != nil {
+				l.c.malformed.Add(1)
+				rep.Done(false, err) // the sender picks another member
+				continue
+			}
+			to := Target{Group: string(r.to[0]), Filter: string(r.to[1]), Client: string(r.to[2])}
+			h.Deliver(l.name, to, m, rep)
+		case kindAnswer:
+			l.answered(s, r.seq, r.status, r.body)
+		case kindPing:
+			l.control(s, outRec{kind: kindPong, seq: r.seq})
+		case kindPong:
+			l.ponged(s, r.seq)
+		}
+	}
+}
+
+// answered completes delivery seq with the peer's answer.
+func (l *link) answered(s *session, seq uint64, status uint8, text []byte) {
+	l.mu.Lock()
+	p, ok := l.fl.take(seq)
+	l.mu.Unlock()
+	if !ok {
+		// Too late: it timed out (or was cancelled) and the caller has
+		// re-picked. If the peer accepted it, that is a duplicate.
+		l.c.late.Add(1)
+		if status == statusAccepted {
+			l.c.lateAccepted.Add(1)
+		}
+		return
+	}
+	var err error
+	switch status {
+	case statusNotHere:
+		err = ErrNotHere
+	case statusError:
+		err = &RemoteError{Node: l.name, Msg: string(text)}
+	}
+	l.c.answers.Add(1)
+	p.finish(err, nil) // the peer answered: a success for the breaker
+}
+
+// ponged completes the outstanding ping, making the session ready (and
+// closing the breaker if the ping was a probe).
+func (l *link) ponged(s *session, seq uint64) {
+	l.mu.Lock()
+	if l.sess != s || !l.ping.out || l.ping.seq != seq {
+		l.mu.Unlock()
+		return // a pong for a ping that already timed out
+	}
+	report := l.ping.report
+	l.rtt.add(time.Since(l.ping.sent))
+	l.ping = pingState{}
+	l.setWord(func(w uint32) uint32 { return w | readyBit })
+	l.mu.Unlock()
+	if report != nil {
+		report(nil)
+	}
+}
+
+// clock pings the peer every PingInterval and completes what passes its
+// deadline, until the session ends.
+func (l *link) clock(s *session) {
+	defer l.m.wg.Done()
+	tick := time.NewTicker(l.m.opts.PingInterval)
+	defer tick.Stop()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var armed time.Time
+	var expired []pending
+	arm := func() {
+		l.mu.Lock()
+		at, ok := l.fl.next()
+		if l.ping.out && (!ok || l.ping.deadline.Before(at)) {
+			at, ok = l.ping.deadline, true
+		}
+		l.mu.Unlock()
+		switch {
+		case !ok:
+			timer.Stop()
+			armed = time.Time{}
+		case !at.Equal(armed):
+			timer.Reset(time.Until(at))
+			armed = at
+		}
+	}
+	l.sendPing(s) // at once: a new stream is ready one round trip later
+	arm()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-tick.C:
+			l.sendPing(s)
+		case <-s.rearm:
+		case <-timer.C:
+			armed = time.Time{}
+			expired = l.expire(s, expired[:0])
+			clear(expired)
+		}
+		arm()
+	}
+}
+
+// sendPing queues a ping unless one is outstanding. While the breaker is
+// closed it is routine; while it is open, once OpenTimeout has passed,
+// the breaker lets one through as its half-open probe.
+func (l *link) sendPing(s *session) {
+	var report func(error)
+	if l.breakerState() != BreakerClosed {
+		r, err := l.br.Allow()
+		if err != nil {
+			return // still open, or a probe is out
+		}
+		report = r
+	}
+	l.mu.Lock()
+	if l.sess != s || l.ping.out {
+		l.mu.Unlock()
+		if report != nil {
+			report(errExcluded)
+		}
+		return
+	}
+	now := time.Now()
+	l.ping = pingState{out: true, seq: l.ping.seq + 1, sent: now, deadline: now.Add(l.m.opts.PingTimeout), report: report}
+	l.q = append(l.q, outRec{kind: kindPing, seq: l.ping.seq})
+	l.mu.Unlock()
+	s.signal()
+}
+
+// expire completes the deliveries past their deadline with ErrTimeout,
+// and a ping past its deadline opens the breaker. out is scratch space.
+func (l *link) expire(s *session, out []pending) []pending {
+	now := time.Now()
+	l.mu.Lock()
+	if l.sess != s {
+		l.mu.Unlock()
+		return out
+	}
+	out = l.fl.expire(now, out)
+	missed := l.ping.out && !now.Before(l.ping.deadline)
+	var probe func(error)
+	if missed {
+		probe = l.ping.report
+		// Keep the sequence number, so the late pong is not taken for
+		// the next ping's.
+		l.ping = pingState{seq: l.ping.seq}
+	}
+	l.mu.Unlock()
+	l.c.timeouts.Add(uint64(len(out)))
+	for i := range out {
+		out[i].finish(ErrTimeout, ErrTimeout)
+	}
+	if missed {
+		l.c.pingTimeouts.Add(1)
+		if probe != nil {
+			probe(errPingTimeout)
+		} else {
+			l.trip(errPingTimeout)
+		}
+		l.log.Warn("peer missed a pong", "timeout", l.m.opts.PingTimeout)
+	}
+	return out
+}
+
+var errPingTimeout = errors.New("peer: no pong in time")
+
+// dialLoop keeps a stream to a peer this node dials: it dials, waits for
+// the stream to end, and dials again, with backoff while dials fail.
+func (l *link) dialLoop() {
+	defer l.m.wg.Done()
+	backoff := reconnectMin
+	failing := false
+	for {
+		l.mu.Lock()
+		addr := l.addr
+		l.mu.Unlock()
+		ctx, cancel := context.WithTimeout(l.ctx, dialTimeout)
+		st, remote, err := l.m.tr.Dial(ctx, l.name, addr, l.m.hello)
+		cancel()
+		if err == nil && (remote.Node != l.name || remote.Cluster != l.m.hello.Cluster) {
+			st.Close()
+			err = fmt.Errorf("peer: %s answered as node %q of cluster %q", addr, remote.Node, remote.Cluster)
+		}
+		var s *session
+		if err == nil {
+			s, err = l.attach(st)
+		}
+		if l.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			l.c.dialErrors.Add(1)
+			if !failing {
+				l.log.Warn("peer dial failed", "addr", addr, "err", err)
+			}
+			failing = true
+			if !l.sleep(backoff) {
+				return
+			}
+			backoff = min(2*backoff, l.m.opts.ReconnectMax)
+			continue
+		}
+		failing, backoff = false, reconnectMin
+		select {
+		case <-s.done:
+		case <-l.ctx.Done():
+			return
+		}
+		// The peer may have restarted: come back soon.
+		if !l.sleep(reconnectMin) {
+			return
+		}
+	}
+}
+
+// sleep waits about d (jittered, so peers that lost a node together do not
+// redial in step) or until the address changes; false if the link closed.
+func (l *link) sleep(d time.Duration) bool {
+	t := time.NewTimer(d/2 + rand.N(d/2+1))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-l.redial:
+	case <-l.ctx.Done():
+		return false
+	}
+	return true
+}
