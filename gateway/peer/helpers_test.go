@@ -325,16 +325,47 @@ func (p *proxy) close() {
 	p.wg.Wait()
 }
 
-// gated wraps a Transport so a test can hold every Send: while the gate
-// is locked, a writer that reaches Send waits (and says so on entered).
+// gated wraps a Transport so a test can hold every Send: between hold
+// and release, a writer that reaches Send waits there (and says so on
+// entered).
 type gated struct {
 	Transport
-	gate    sync.Mutex
+	mu      sync.Mutex
+	open    chan struct{} // closed while sends pass
 	entered chan struct{}
 }
 
 func newGated(tls *tls.Config) *gated {
-	return &gated{Transport: NewGRPC(GRPCOptions{TLS: tls}), entered: make(chan struct{}, 1)}
+	g := &gated{Transport: NewGRPC(GRPCOptions{TLS: tls}), open: make(chan struct{}), entered: make(chan struct{}, 1)}
+	close(g.open)
+	return g
+}
+
+// hold makes the next Sends wait.
+func (g *gated) hold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+		g.open = make(chan struct{})
+	default:
+	}
+	select {
+	case <-g.entered: // a stale notice
+	default:
+	}
+}
+
+// release lets the Sends through; a test registers it as a cleanup after
+// starting its nodes, so a failing test does not leave a writer stuck.
+func (g *gated) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+	default:
+		close(g.open)
+	}
 }
 
 func (g *gated) Dial(ctx context.Context, node, addr string, self Hello) (Stream, Hello, error) {
@@ -357,12 +388,18 @@ type gatedStream struct {
 }
 
 func (s *gatedStream) Send(frame []byte) error {
+	s.g.mu.Lock()
+	open := s.g.open
+	s.g.mu.Unlock()
 	select {
-	case s.g.entered <- struct{}{}:
+	case <-open:
 	default:
+		select {
+		case s.g.entered <- struct{}{}:
+		default:
+		}
+		<-open
 	}
-	s.g.gate.Lock()
-	defer s.g.gate.Unlock()
 	return s.Stream.Send(frame)
 }
 

@@ -48,6 +48,7 @@ type link struct {
 	seq    uint64   // the last delivery's sequence number
 	ping   pingState
 	rtt    rttStats
+	last   error // why the last stream ended or the last dial failed
 
 	c counters
 }
@@ -237,6 +238,7 @@ func (l *link) end(s *session, err error) {
 	pend := l.fl.drain(nil)
 	probe := l.ping.report
 	l.ping = pingState{}
+	l.last = err
 	l.mu.Unlock()
 
 	s.s.Close()
@@ -666,6 +668,9 @@ func (l *link) dialLoop() {
 		}
 		if err != nil {
 			l.c.dialErrors.Add(1)
+			l.mu.Lock()
+			l.last = err
+			l.mu.Unlock()
 			if !failing {
 				l.log.Warn("peer dial failed", "addr", addr, "err", err)
 			}

@@ -155,13 +155,14 @@ func TestBatching(t *testing.T) {
 	o.PingInterval = time.Hour // no pings in the count
 	a := startNode(t, "a", o)
 	b := startNode(t, "b", Options{PingInterval: time.Hour})
+	t.Cleanup(g.release)
 	connect(a, b)
 	waitAvailable(t, a, "b", true)
 	waitAvailable(t, b, "a", true)
 	before := stats(t, b, "a")
 
 	const n = 1000
-	g.gate.Lock()
+	g.hold()
 	if err := a.Send("b", msg("batch", "first")); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func TestBatching(t *testing.T) {
 	if q := stats(t, a, "b").Queued; q != n-1 {
 		t.Fatalf("queued %d, want %d", q, n-1)
 	}
-	g.gate.Unlock()
+	g.release()
 	brokertest.Eventually(t, 5*time.Second, "all records arrive", func() bool { return b.h.count.Load() == n })
 	after := stats(t, b, "a")
 	frames, records := after.RecvFrames-before.RecvFrames, after.RecvRecords-before.RecvRecords
@@ -186,7 +187,7 @@ func TestBatching(t *testing.T) {
 	// A batch larger than a frame is split.
 	big := bytes.Repeat([]byte("x"), 1024)
 	before = after
-	g.gate.Lock()
+	g.hold()
 	if err := a.Send("b", broker.NewMessage("big", big, 0, false)); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestBatching(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	g.gate.Unlock()
+	g.release()
 	brokertest.Eventually(t, 5*time.Second, "all big records arrive", func() bool { return b.h.count.Load() == n+2000 })
 	after = stats(t, b, "a")
 	frames = after.RecvFrames - before.RecvFrames
@@ -502,39 +503,43 @@ func TestMutualTLS(t *testing.T) {
 		}
 	})
 
-	refused := func(t *testing.T, dialer, acceptor *node) {
+	refused := func(t *testing.T, dialer, acceptor *node, why string) {
 		t.Helper()
 		brokertest.Eventually(t, 10*time.Second, "dials fail", func() bool { return stats(t, dialer, acceptor.name).DialErrors >= 2 })
 		if dialer.Available(acceptor.name) || acceptor.Available(dialer.name) {
 			t.Fatal("a refused peer is available")
 		}
-		if s := stats(t, dialer, acceptor.name); s.Streams != 0 {
+		s := stats(t, dialer, acceptor.name)
+		if s.Streams != 0 {
 			t.Fatalf("%d streams established", s.Streams)
+		}
+		if !strings.Contains(s.LastError, why) {
+			t.Fatalf("refused because %q, want %q", s.LastError, why)
 		}
 	}
 	t.Run("unknown CA", func(t *testing.T) {
 		a := startNode(t, "a", fast(Options{TLS: ca.issue(t, "a")}))
 		b := startNode(t, "b", fast(Options{TLS: other.issue(t, "b")}))
 		connect(a, b)
-		refused(t, a, b)
+		refused(t, a, b, "certificate signed by unknown authority")
 	})
 	t.Run("acceptor's certificate names another node", func(t *testing.T) {
 		a := startNode(t, "a", fast(Options{TLS: ca.issue(t, "a")}))
 		c := startNode(t, "c", fast(Options{TLS: ca.issue(t, "b")}))
 		connect(a, c)
-		refused(t, a, c)
+		refused(t, a, c, "certificate is valid for b, not c")
 	})
 	t.Run("dialer's certificate names another node", func(t *testing.T) {
 		a := startNode(t, "a", fast(Options{TLS: ca.issue(t, "z")}))
 		m := startNode(t, "m", fast(Options{TLS: ca.issue(t, "m")}))
 		connect(a, m)
-		refused(t, a, m)
+		refused(t, a, m, "certificate is valid for z, not a")
 	})
 	t.Run("plain dialer", func(t *testing.T) {
 		a := startNode(t, "a", fast(Options{}))
 		b := startNode(t, "b", fast(Options{TLS: ca.issue(t, "b")}))
 		connect(a, b)
-		refused(t, a, b)
+		refused(t, a, b, "dial b")
 	})
 }
 
@@ -546,8 +551,8 @@ func TestPeersComeAndGo(t *testing.T) {
 	// b does not know a yet: a's dials are refused.
 	a.SetPeers(map[string]string{"b": b.addr})
 	brokertest.Eventually(t, 5*time.Second, "a's dial is refused", func() bool { return stats(t, a, "b").DialErrors > 0 })
-	if a.Available("b") {
-		t.Fatal("available before b accepts a")
+	if s := stats(t, a, "b"); a.Available("b") || !strings.Contains(s.LastError, "node a is not a peer of b") {
+		t.Fatalf("before b accepts a: %+v", s)
 	}
 	if err := a.Send("nobody", msg("t", "")); !errors.Is(err, ErrUnknownPeer) {
 		t.Fatalf("Send to an unknown node: %v", err)
@@ -576,8 +581,8 @@ func TestClusterMismatch(t *testing.T) {
 	b := startNode(t, "b", fast(Options{Cluster: "line-2"}))
 	connect(a, b)
 	brokertest.Eventually(t, 5*time.Second, "a's dial is refused", func() bool { return stats(t, a, "b").DialErrors >= 2 })
-	if a.Available("b") || stats(t, a, "b").Streams != 0 {
-		t.Fatal("two clusters share a stream")
+	if s := stats(t, a, "b"); a.Available("b") || s.Streams != 0 || !strings.Contains(s.LastError, `of cluster "line-1"`) {
+		t.Fatalf("two clusters: %+v", s)
 	}
 }
 
@@ -594,10 +599,11 @@ func TestQueueFull(t *testing.T) {
 		held = append(held, r)
 		mu.Unlock()
 	}
+	t.Cleanup(g.release)
 	connect(a, b)
 	waitAvailable(t, a, "b", true)
 
-	g.gate.Lock()
+	g.hold()
 	if err := a.Send("b", msg("t", "")); err != nil {
 		t.Fatal(err)
 	}
@@ -610,7 +616,7 @@ func TestQueueFull(t *testing.T) {
 	if err := a.Send("b", msg("t", "")); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("send beyond MaxQueued: %v, want ErrQueueFull", err)
 	}
-	g.gate.Unlock()
+	g.release()
 	brokertest.Eventually(t, 5*time.Second, "the queue drains", func() bool { return b.h.count.Load() == 9 })
 
 	var chs []<-chan error

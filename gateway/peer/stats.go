@@ -47,6 +47,9 @@ type PeerStats struct {
 
 	Streams    uint64 // streams established
 	DialErrors uint64 // dials that failed (this node dials only)
+	// LastError says why the last stream ended or the last dial failed
+	// (refused, a certificate rejected, ...); empty if none has.
+	LastError string
 
 	SentRecords, SentFrames, SentBytes uint64
 	RecvRecords, RecvFrames, RecvBytes uint64
@@ -103,6 +106,9 @@ func (l *link) stats() PeerStats {
 		InFlight:  l.fl.len(),
 		RTT:       l.rtt.last,
 		RTTMax:    l.rtt.max,
+	}
+	if l.last != nil {
+		st.LastError = l.last.Error()
 	}
 	if l.rtt.n > 0 {
 		st.RTTMean = l.rtt.sum / time.Duration(l.rtt.n)

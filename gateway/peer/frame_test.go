@@ -1,0 +1,195 @@
+package peer
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/linemq/linemq/broker"
+)
+
+func TestFrameRoundTrip(t *testing.T) {
+	m := broker.NewMessage("line/3/temp", []byte("21.5"), 1, true)
+	recs := []outRec{
+		{kind: kindForward, msg: m},
+		{kind: kindDeliver, seq: 7, msg: m, to: Target{Group: "workers", Filter: "line/+/temp", Client: "plc/7"}},
+		{kind: kindAnswer, seq: 7, status: statusAccepted},
+		{kind: kindAnswer, seq: 8, status: statusNotHere},
+		{kind: kindAnswer, seq: 9, status: statusError, text: "disk full"},
+		{kind: kindPing, seq: 1},
+		{kind: kindPong, seq: 1},
+	}
+	frame := []byte{frameVersion}
+	for i := range recs {
+		frame = appendRecord(frame, &recs[i])
+	}
+	fr, err := newFrameReader(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []inRec
+	for {
+		var r inRec
+		ok, err := fr.next(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		got = append(got, r)
+	}
+	if len(got) != len(recs) {
+		t.Fatalf("decoded %d records, want %d", len(got), len(recs))
+	}
+	for i, r := range got {
+		w := recs[i]
+		if r.kind != w.kind || r.seq != w.seq {
+			t.Errorf("record %d: kind %d seq %d, want %d %d", i, r.kind, r.seq, w.kind, w.seq)
+		}
+		switch r.kind {
+		case kindForward, kindDeliver:
+			dm, err := broker.UnmarshalMessage(r.body)
+			if err != nil || dm.Topic != m.Topic || !bytes.Equal(dm.Payload, m.Payload) || !dm.Retain {
+				t.Errorf("record %d: message %+v, %v", i, dm, err)
+			}
+			if r.kind == kindDeliver && (string(r.to[0]) != w.to.Group || string(r.to[1]) != w.to.Filter || string(r.to[2]) != w.to.Client) {
+				t.Errorf("record %d: target %q", i, r.to)
+			}
+		case kindAnswer:
+			if r.status != w.status || string(r.body) != w.text {
+				t.Errorf("record %d: answer %d %q", i, r.status, r.body)
+			}
+		}
+	}
+}
+
+// A kind this node does not know is skipped, so a newer peer can add some.
+func TestFrameSkipsUnknownKinds(t *testing.T) {
+	frame := []byte{frameVersion}
+	frame = append(frame, 99, 0, 0, 0, 3, 'x', 'y', 'z')
+	frame = appendRecord(frame, &outRec{kind: kindPing, seq: 5})
+	fr, _ := newFrameReader(frame)
+	var r inRec
+	if ok, err := fr.next(&r); !ok || err != nil || r.kind != kindPing || r.seq != 5 {
+		t.Fatalf("got %v %v %+v", ok, err, r)
+	}
+	if ok, err := fr.next(&r); ok || err != nil {
+		t.Fatalf("past the end: %v %v", ok, err)
+	}
+}
+
+func TestFrameMalformed(t *testing.T) {
+	ping := appendRecord(nil, &outRec{kind: kindPing, seq: 1})
+	for name, frame := range map[string][]byte{
+		"empty":             {},
+		"wrong version":     {2},
+		"short header":      {frameVersion, byte(kindPing), 0, 0},
+		"length past end":   {frameVersion, byte(kindPing), 0, 0, 0, 9, 1},
+		"ping without seq":  {frameVersion, byte(kindPing), 0, 0, 0, 0},
+		"ping with extra":   {frameVersion, byte(kindPing), 0, 0, 0, 2, 1, 1},
+		"answer bad status": {frameVersion, byte(kindAnswer), 0, 0, 0, 2, 1, 9},
+		"deliver cut":       {frameVersion, byte(kindDeliver), 0, 0, 0, 3, 1, 5, 'g'},
+		"trailing garbage":  append(append([]byte{frameVersion}, ping...), 1, 2),
+	} {
+		fr, err := newFrameReader(frame)
+		for err == nil {
+			var r inRec
+			var ok bool
+			ok, err = fr.next(&r)
+			if !ok && err == nil {
+				t.Errorf("%s: decoded without error", name)
+				break
+			}
+		}
+	}
+}
+
+func FuzzFrame(f *testing.F) {
+	m := broker.NewMessage("t", []byte("p"), 1, false)
+	seed := []byte{frameVersion}
+	for _, r := range []outRec{
+		{kind: kindForward, msg: m},
+		{kind: kindDeliver, seq: 1, msg: m, to: Target{Group: "g", Filter: "f", Client: "c"}},
+		{kind: kindAnswer, seq: 1, status: statusError, text: "e"},
+		{kind: kindPong, seq: 2},
+	} {
+		seed = appendRecord(seed, &r)
+	}
+	f.Add(seed)
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		fr, err := newFrameReader(frame)
+		if err != nil {
+			return
+		}
+		for range len(frame) + 1 { // each record consumes at least its header
+			var r inRec
+			ok, err := fr.next(&r)
+			if !ok || err != nil {
+				return
+			}
+			if r.kind == kindForward || r.kind == kindDeliver {
+				broker.UnmarshalMessage(r.body) //nolint:errcheck // must not panic
+			}
+		}
+		t.Fatal("the reader did not reach the end")
+	})
+}
+
+func TestInflightRing(t *testing.T) {
+	var f inflight
+	now := time.Now()
+	var done []uint64
+	mk := func(seq uint64) pending {
+		return pending{seq: seq, deadline: now.Add(time.Duration(seq) * time.Millisecond),
+			done: func(error) { done = append(done, seq) }, report: func(error) {}}
+	}
+	if !f.push(mk(10)) {
+		t.Fatal("the first push is the head")
+	}
+	for seq := uint64(11); seq < 50; seq++ { // grows the ring past 16
+		if f.push(mk(seq)) {
+			t.Fatal("only the first is the head")
+		}
+	}
+	if _, ok := f.take(9); ok {
+		t.Fatal("took a sequence number never pushed")
+	}
+	if p, ok := f.take(30); !ok || p.seq != 30 {
+		t.Fatal("take 30")
+	}
+	if _, ok := f.take(30); ok {
+		t.Fatal("took 30 twice")
+	}
+	// Answer the head: the ring moves on to the next still waiting.
+	f.take(10)
+	f.take(11)
+	if at, _ := f.next(); !at.Equal(now.Add(12 * time.Millisecond)) {
+		t.Fatalf("next deadline %v", at.Sub(now))
+	}
+	exp := f.expire(now.Add(31*time.Millisecond), nil) // 12..31 but 30, taken before
+	if len(exp) != 19 || exp[0].seq != 12 || exp[len(exp)-1].seq != 31 {
+		t.Fatalf("expired %d, %d..%d", len(exp), exp[0].seq, exp[len(exp)-1].seq)
+	}
+	if f.len() != 18 { // 32..49
+		t.Fatalf("spans %d", f.len())
+	}
+	// Wrap around: push past the ring's end while its head is mid-way.
+	for seq := uint64(50); seq < 60; seq++ {
+		f.push(mk(seq))
+	}
+	for seq := uint64(32); seq < 60; seq++ {
+		if p, ok := f.take(seq); !ok || p.seq != seq {
+			t.Fatalf("take %d after the wrap", seq)
+		}
+	}
+	if f.len() != 0 {
+		t.Fatalf("spans %d when empty", f.len())
+	}
+	// Empty: any sequence number may start it again.
+	f.push(mk(100))
+	f.push(mk(101))
+	if d := f.drain(nil); len(d) != 2 || f.len() != 0 {
+		t.Fatalf("drained %d, spans %d", len(d), f.len())
+	}
+}
