@@ -30,7 +30,8 @@
 // (ErrUnavailable, ErrQueueFull, ErrUnknownPeer) so the share-group pick
 // moves on to the next member. One writer goroutine per peer takes
 // whatever is queued and sends it as one frame (splitting at 256 KiB), so
-// records arriving while a frame is on its way go out together in the next.
+// records arriving while a frame is on its way go out together in the next;
+// answers, pings and pongs go ahead of the data queued before them.
 // A delivery's done callback is called exactly once, with the answer,
 // ErrTimeout, ErrBroken or ErrClosed.
 //
@@ -84,13 +85,20 @@
 //
 // # Guarantees and limits
 //
-// Records on one stream arrive in the order they were queued. A directed
-// delivery's outcome is exact when the answer arrives; ErrTimeout and
-// ErrBroken leave it open whether the other node delivered it, so a caller
-// that re-picks may cause a duplicate (an answer arriving after its
-// timeout is counted in PeerStats.LateAccepted when it accepted). A forward
-// has no answer: one queued or in flight when a stream breaks is lost, and
-// a peer that is down cannot be replaced.
+// Forwards and deliveries to one peer arrive in the order they were
+// queued (answers and pings may overtake them). A directed delivery's
+// outcome is exact when the answer arrives; ErrTimeout and ErrBroken leave
+// it open whether the other node delivered it, so a caller that re-picks
+// may cause a duplicate (an answer arriving after its timeout is counted in
+// PeerStats.LateAccepted when it accepted). A forward has no answer: one
+// queued or in flight when a stream breaks is lost, and a peer that is
+// down cannot be replaced.
+//
+// Liveness is judged by pongs, which the peer's reader sends once it has
+// handled every record before the ping: a node so overloaded that it
+// cannot work through PingTimeout's worth of backlog is passed over like a
+// hung one, until it answers a probe. That is also the backpressure a
+// flood meets.
 //
 // # Transport
 //

@@ -43,7 +43,8 @@ type link struct {
 	addr   string
 	closed bool
 	sess   *session // nil while there is no stream
-	q      []outRec // waiting for sess's writer
+	q      []outRec // forwards and deliveries waiting for sess's writer
+	ctl    []outRec // answers, pings and pongs: written ahead of q
 	fl     inflight // directed deliveries awaiting an answer
 	seq    uint64   // the last delivery's sequence number
 	ping   pingState
@@ -234,7 +235,7 @@ func (l *link) end(s *session, err error) {
 	}
 	l.setWord(func(w uint32) uint32 { return w &^ readyBit })
 	q := l.q
-	l.q = nil
+	l.q, l.ctl = nil, nil
 	pend := l.fl.drain(nil)
 	probe := l.ping.report
 	l.ping = pingState{}
@@ -348,15 +349,18 @@ func (l *link) cancelled(seq uint64, ctx context.Context) {
 	}
 }
 
-// control queues an answer or a pong for s, whatever the queue's length:
-// they are few (one per record the peer sent) and the peer waits on them.
+// control queues an answer, a ping or a pong for s, whatever the queue's
+// length: they are few (a pong or an answer per record the peer sent),
+// and they go out ahead of the data queued before them, so a long queue of
+// large messages delays neither a waiting publisher's answer nor the
+// liveness check.
 func (l *link) control(s *session, rec outRec) {
 	l.mu.Lock()
 	if l.sess != s {
 		l.mu.Unlock()
 		return
 	}
-	l.q = append(l.q, rec)
+	l.ctl = append(l.ctl, rec)
 	l.mu.Unlock()
 	s.signal()
 }
@@ -372,7 +376,7 @@ func (s *session) signal() {
 // until the session ends.
 func (l *link) writer(s *session) {
 	defer l.m.wg.Done()
-	var batch []outRec
+	var batch, ctl []outRec
 	buf := make([]byte, 0, 4<<10)
 	for {
 		select {
@@ -385,10 +389,11 @@ func (l *link) writer(s *session) {
 			l.mu.Unlock()
 			return
 		}
+		ctl, l.ctl = l.ctl, ctl[:0]
 		batch, l.q = l.q, batch[:0]
 		l.mu.Unlock()
 		var err error
-		buf, err = l.write(s, batch, buf)
+		buf, err = l.write(s, ctl, batch, buf)
 		clear(batch) // let the messages go
 		if err != nil {
 			l.end(s, fmt.Errorf("%w: %v", ErrBroken, err))
@@ -400,8 +405,9 @@ func (l *link) writer(s *session) {
 	}
 }
 
-// write encodes batch into frames and sends them; it returns buf for reuse.
-func (l *link) write(s *session, batch []outRec, buf []byte) ([]byte, error) {
+// write encodes ctl, then batch, into frames and sends them; it returns
+// buf for reuse.
+func (l *link) write(s *session, ctl, batch []outRec, buf []byte) ([]byte, error) {
 	buf = append(buf[:0], frameVersion)
 	n := 0
 	flush := func() error {
@@ -414,12 +420,14 @@ func (l *link) write(s *session, batch []outRec, buf []byte) ([]byte, error) {
 		buf, n = append(buf[:0], frameVersion), 0
 		return nil
 	}
-	for i := range batch {
-		buf = appendRecord(buf, &batch[i])
-		n++
-		if len(buf) >= frameTarget {
-			if err := flush(); err != nil {
-				return buf, err
+	for _, recs := range [2][]outRec{ctl, batch} {
+		for i := range recs {
+			buf = appendRecord(buf, &recs[i])
+			n++
+			if len(buf) >= frameTarget {
+				if err := flush(); err != nil {
+					return buf, err
+				}
 			}
 		}
 	}
@@ -600,7 +608,7 @@ func (l *link) sendPing(s *session) {
 	}
 	now := time.Now()
 	l.ping = pingState{out: true, seq: l.ping.seq + 1, sent: now, deadline: now.Add(l.m.opts.PingTimeout), report: report}
-	l.q = append(l.q, outRec{kind: kindPing, seq: l.ping.seq})
+	l.ctl = append(l.ctl, outRec{kind: kindPing, seq: l.ping.seq})
 	l.mu.Unlock()
 	s.signal()
 }

@@ -42,7 +42,7 @@ type PeerStats struct {
 	Available bool         // Available(Node) at the time of the call
 	Breaker   BreakerState // as of its last change (open turns half-open lazily, when a probe is due)
 
-	Queued   int // records waiting for the writer
+	Queued   int // forwards and deliveries waiting for the writer (answers and pings not counted)
 	InFlight int // directed deliveries awaiting an answer (the ring's span)
 
 	Streams    uint64 // streams established
