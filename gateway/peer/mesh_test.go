@@ -14,6 +14,7 @@ import (
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/broker/packet"
+	"github.com/linemq/linemq/gateway/peer/internal/certtest"
 )
 
 func TestForwardAndDeliverBothWays(t *testing.T) {
@@ -486,12 +487,12 @@ func TestBlockedHandler(t *testing.T) {
 }
 
 func TestMutualTLS(t *testing.T) {
-	ca := newCA(t, "line-ca")
-	other := newCA(t, "other-ca")
+	ca := certtest.NewCA(t, "line-ca")
+	other := certtest.NewCA(t, "other-ca")
 
 	t.Run("ok", func(t *testing.T) {
-		a := startNode(t, "a", fast(Options{TLS: ca.issue(t, "a")}))
-		b := startNode(t, "b", fast(Options{TLS: ca.issue(t, "b")}))
+		a := startNode(t, "a", fast(Options{TLS: ca.Issue(t, "a")}))
+		b := startNode(t, "b", fast(Options{TLS: ca.Issue(t, "b")}))
 		connect(a, b)
 		waitAvailable(t, a, "b", true)
 		waitAvailable(t, b, "a", true)
@@ -518,26 +519,26 @@ func TestMutualTLS(t *testing.T) {
 		}
 	}
 	t.Run("unknown CA", func(t *testing.T) {
-		a := startNode(t, "a", fast(Options{TLS: ca.issue(t, "a")}))
-		b := startNode(t, "b", fast(Options{TLS: other.issue(t, "b")}))
+		a := startNode(t, "a", fast(Options{TLS: ca.Issue(t, "a")}))
+		b := startNode(t, "b", fast(Options{TLS: other.Issue(t, "b")}))
 		connect(a, b)
 		refused(t, a, b, "certificate signed by unknown authority")
 	})
 	t.Run("acceptor's certificate names another node", func(t *testing.T) {
-		a := startNode(t, "a", fast(Options{TLS: ca.issue(t, "a")}))
-		c := startNode(t, "c", fast(Options{TLS: ca.issue(t, "b")}))
+		a := startNode(t, "a", fast(Options{TLS: ca.Issue(t, "a")}))
+		c := startNode(t, "c", fast(Options{TLS: ca.Issue(t, "b")}))
 		connect(a, c)
 		refused(t, a, c, "certificate is valid for b, not c")
 	})
 	t.Run("dialer's certificate names another node", func(t *testing.T) {
-		a := startNode(t, "a", fast(Options{TLS: ca.issue(t, "z")}))
-		m := startNode(t, "m", fast(Options{TLS: ca.issue(t, "m")}))
+		a := startNode(t, "a", fast(Options{TLS: ca.Issue(t, "z")}))
+		m := startNode(t, "m", fast(Options{TLS: ca.Issue(t, "m")}))
 		connect(a, m)
 		refused(t, a, m, "certificate is valid for z, not a")
 	})
 	t.Run("plain dialer", func(t *testing.T) {
 		a := startNode(t, "a", fast(Options{}))
-		b := startNode(t, "b", fast(Options{TLS: ca.issue(t, "b")}))
+		b := startNode(t, "b", fast(Options{TLS: ca.Issue(t, "b")}))
 		connect(a, b)
 		refused(t, a, b, "dial b")
 	})
@@ -705,4 +706,4 @@ func TestOptions(t *testing.T) {
 	}
 }
 
-func ca(t *testing.T) *tls.Config { return newCA(t, "x").issue(t, "a") }
+func ca(t *testing.T) *tls.Config { return certtest.NewCA(t, "x").Issue(t, "a") }

@@ -1,0 +1,114 @@
+// Package certtest makes certificate authorities and node certificates
+// for tests of mutual TLS between nodes, as PEM files in a test's
+// temporary directory, loaded back the way a gateway loads its own.
+package certtest
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// CA is a certificate authority whose files live in Dir.
+type CA struct {
+	Dir  string
+	File string // the CA certificate, PEM
+	key  *ecdsa.PrivateKey
+	cert *x509.Certificate
+}
+
+// NewCA makes a CA named name, valid for an hour either side of now.
+func NewCA(t testing.TB, name string) *CA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := &CA{Dir: t.TempDir(), key: key, cert: cert}
+	ca.File = filepath.Join(ca.Dir, name+".pem")
+	writePEM(t, ca.File, "CERTIFICATE", der)
+	return ca
+}
+
+// Issue makes a certificate naming names (DNS SANs; the first is also the
+// common name), for use as both server and client, writes it and its key
+// next to the CA, and returns a TLS config loaded from those files: the
+// certificate, and the CA as the only root.
+func (ca *CA) Issue(t testing.TB, names ...string) *tls.Config {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: names[0]},
+		DNSNames:     names,
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(ca.Dir, serial.String())
+	writePEM(t, base+".crt", "CERTIFICATE", der)
+	writePEM(t, base+".key", "EC PRIVATE KEY", keyDER)
+
+	pair, err := tls.LoadX509KeyPair(base+".crt", base+".key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(ca.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("no CA certificate in %s", ca.File)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS13}
+}
+
+func writePEM(t testing.TB, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
