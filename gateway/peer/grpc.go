@@ -185,7 +185,10 @@ func (g *GRPC) Serve(l net.Listener, self Hello, accept Acceptor) error {
 	g.srv.RegisterService(&serviceDesc, &grpcService{g: g, self: self, accept: accept})
 	srv := g.srv
 	g.mu.Unlock()
-	return srv.Serve(l)
+	if err := srv.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err // ErrServerStopped: Close came before Serve got going
+	}
+	return nil
 }
 
 // Close stops the server: its listener and every connection close, and
