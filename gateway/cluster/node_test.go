@@ -145,12 +145,14 @@ func startNodes(t *testing.T, n int) []*gw {
 }
 
 // subscribe connects id to g and subscribes it to filter (QoS 1, a window
-// of 100); the SUBACK comes once the registry has the subscription.
+// of 1000, which the tests' publishers never fill: a member with a full
+// window is passed over, which would blur the shares); the SUBACK comes
+// once the registry has the subscription.
 func subscribe(t *testing.T, g *gw, id, filter string) *brokertest.Client {
 	t.Helper()
 	cp := &packet.Connect{Version: packet.V5, ClientID: []byte(id), CleanStart: true}
 	cp.Props.Set(packet.PropReceiveMaximum)
-	cp.Props.ReceiveMaximum = 100
+	cp.Props.ReceiveMaximum = 1000
 	c, _ := brokertest.Connect(t, g.Addr, cp)
 	c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte(filter), QoS: 1}}})
 	return c
