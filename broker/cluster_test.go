@@ -132,9 +132,15 @@ func TestClusterSeedExample(t *testing.T) {
 		if rc := pubAck(t, pub, uint16(i+1), "line/1", fmt.Sprint(i)); rc != packet.Success {
 			t.Fatalf("publish %d: %v", i, rc)
 		}
-		for _, id := range []string{"A", "B", "C", "D", "E"} {
-			if p := nextPayload(clients[id], 20*time.Millisecond); p != "" {
-				got = append(got, id)
+		// The PUBACK came once a member accepted the message: find which.
+		deadline := time.Now().Add(5 * time.Second)
+	find:
+		for time.Now().Before(deadline) {
+			for _, id := range []string{"A", "B", "C", "D", "E"} {
+				if nextPayload(clients[id], 5*time.Millisecond) != "" {
+					got = append(got, id)
+					break find
+				}
 			}
 		}
 	}

@@ -209,9 +209,15 @@ func TestSeedExampleOverEtcd(t *testing.T) {
 		if rc := publish(t, pub, uint16(i+1), "line/1", fmt.Sprint(i)); rc != packet.Success {
 			t.Fatalf("publish %d: %v", i, rc)
 		}
-		for _, id := range []string{"A", "B", "C", "D", "E"} {
-			if next(clients[id], 20*time.Millisecond) != "" {
-				got = append(got, id)
+		// The PUBACK came once a member accepted the message: find which.
+		deadline := time.Now().Add(5 * time.Second)
+	find:
+		for time.Now().Before(deadline) {
+			for _, id := range []string{"A", "B", "C", "D", "E"} {
+				if next(clients[id], 5*time.Millisecond) != "" {
+					got = append(got, id)
+					break find
+				}
 			}
 		}
 	}
