@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/gateway/peer/internal/certtest"
 )
 
 // benchHandler accepts every delivery at once and releases one slot of
@@ -19,10 +20,16 @@ func (h *benchHandler) Forward(string, *broker.Message) { <-h.window }
 func (h *benchHandler) Deliver(_ string, _ Target, _ *broker.Message, r Reply) { r.Done(true, nil) }
 
 // benchPair starts a and b over loopback gRPC, both in this process (so
-// allocations and CPU are both nodes' together).
-func benchPair(b *testing.B, h *benchHandler) (a, _ *node) {
-	a = startNode(b, "a", Options{Handler: h})
-	peer := startNode(b, "b", Options{Handler: h})
+// allocations and CPU are both nodes' together), with mutual TLS if tls.
+func benchPair(b *testing.B, h *benchHandler, tls ...bool) (a, _ *node) {
+	var oa, ob Options
+	if len(tls) > 0 && tls[0] {
+		ca := certtest.NewCA(b, "bench-ca")
+		oa.TLS, ob.TLS = ca.Issue(b, "a"), ca.Issue(b, "b")
+	}
+	oa.Handler, ob.Handler = h, h
+	a = startNode(b, "a", oa)
+	peer := startNode(b, "b", ob)
 	connect(a, peer)
 	waitAvailable(b, a, "b", true)
 	return a, peer
@@ -77,10 +84,18 @@ func BenchmarkDeliverWindow(b *testing.B) {
 
 // Ordinary forwards, as many as the queue holds in flight.
 func BenchmarkForward(b *testing.B) {
-	for _, size := range []int{64, 1024} {
-		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
+	for _, bc := range []struct {
+		size int
+		tls  bool
+	}{{64, false}, {1024, false}, {1024, true}} {
+		name := fmt.Sprintf("%dB", bc.size)
+		if bc.tls {
+			name += "-mTLS"
+		}
+		size := bc.size
+		b.Run(name, func(b *testing.B) {
 			h := &benchHandler{window: make(chan struct{}, DefaultMaxQueued/2)}
-			a, _ := benchPair(b, h)
+			a, _ := benchPair(b, h, bc.tls)
 			m := broker.NewMessage("line/3/temp", bytes.Repeat([]byte("x"), size), 0, false)
 			b.ReportAllocs()
 			b.SetBytes(int64(size))
