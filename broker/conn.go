@@ -61,7 +61,6 @@ type conn struct {
 	unackedIn atomic.Int32 // QoS 1 publishes received and not yet acknowledged
 	syncing   atomic.Int32 // batches of this connection's acks waiting in the syncer
 	needSync  bool         // this read wrote to the Store
-	reasons   []packet.ReasonCode
 	scratch   []byte
 	expiryIn  uint32 // Session Expiry Interval after CONNECT, for DISCONNECT rules
 	connected bool   // CONNACK accepting the client was sent
@@ -73,8 +72,8 @@ type conn struct {
 	// The writer side, guarded by wmu.
 	wmu      sync.Mutex
 	out      []byte
-	counted  int // bytes of out (and of the write in progress) counted in the server's pending total
-	inWrite  int // bytes handed to the socket by the write in progress
+	counted  int32 // bytes of out (and of the write in progress) counted in the server's pending total
+	inWrite  int32 // bytes handed to the socket by the write in progress
 	spare    []byte
 	closing  bool          // no more writes; the writer closes nc after flushing
 	linger   bool          // a DISCONNECT or refusing CONNACK was queued: close gently so it arrives
@@ -368,7 +367,7 @@ func (c *conn) writeLoop() {
 		}
 		c.out = c.spare[:0]
 		c.spare = nil
-		c.inWrite = len(buf)
+		c.inWrite = int32(len(buf))
 		c.wmu.Unlock()
 
 		c.nc.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
@@ -423,7 +422,7 @@ func (c *conn) overPending() bool {
 // reading pins it too), or the server its MaxPendingBytesTotal with this
 // connection holding some of it.
 func (c *conn) fullLocked() bool {
-	n := len(c.out) + c.inWrite
+	n := len(c.out) + int(c.inWrite)
 	if n >= c.srv.opts.MaxPendingBytes {
 		return true
 	}
@@ -434,7 +433,7 @@ func (c *conn) fullLocked() bool {
 // accountLocked brings the server's count of bytes waiting to be written
 // up to date with this connection's.
 func (c *conn) accountLocked() {
-	n := len(c.out) + c.inWrite
+	n := int32(len(c.out)) + c.inWrite
 	if d := n - c.counted; d != 0 {
 		c.srv.pending.Add(int64(d))
 		c.counted = n
