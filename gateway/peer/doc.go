@@ -2,7 +2,8 @@
 // messages one gateway hands to another, over one long-lived stream per
 // pair of nodes. It knows nothing of the broker's internals beyond
 // broker.Message's binary form; the gateway glues it to the broker and to
-// the registry (which supplies the peers' addresses through SetPeers).
+// the registry (which supplies the peers' addresses through SetPeers or,
+// one node at a time, SetPeer).
 //
 // # Model
 //
@@ -111,11 +112,12 @@
 //
 // # Locking
 //
-// Mesh.mu serialises SetPeers, Start and Close; the set of peers is an
-// atomic pointer to an immutable map, so the publish path never takes it.
-// Each link's mutex guards its queue, its pending ring, its ping and its
-// current session; it is held only to append, take or swap, never across
-// I/O, a breaker call or a callback. The breaker has its own lock, never
-// taken with a link's held, and its state-change hook only stores to
+// Mesh.mu serialises SetPeers, SetPeer, Start and Close; the set of peers
+// is an atomic pointer to an immutable map, so the publish path never
+// takes it. Each link's mutex guards its queue, its pending ring, its ping
+// and its current session; it is held only to append, take or swap, never
+// across I/O, a breaker call or a callback. Mesh.mu may be held while a
+// link's is taken, never the other way round. The breaker has its own lock,
+// never taken with a link's held, and its state-change hook only stores to
 // atomics. Callbacks (done, Handler) run with no lock of the package held.
 package peer

@@ -146,27 +146,32 @@ func (l *link) trip(err error) {
 	l.tripNow.Store(false)
 }
 
-func (l *link) setAddr(addr string) {
+// setAddr records the peer's address. If this node dials the peer and the
+// address changed, the node registered anew elsewhere: the current
+// stream, if any, is to where it was, so setAddr returns it for the
+// caller to end (outside its own locks) and the dial loop dials the new
+// address at once.
+func (l *link) setAddr(addr string) (stale *session) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if addr == l.addr {
-		l.mu.Unlock()
-		return
+		return nil
 	}
 	l.addr = addr
-	s := l.sess
-	l.mu.Unlock()
 	if !l.dial {
-		return
-	}
-	// The node registered anew elsewhere: the stream, if any, is to
-	// where it was.
-	if s != nil {
-		l.end(s, fmt.Errorf("%w: address changed", ErrBroken))
+		return nil
 	}
 	select {
 	case l.redial <- struct{}{}:
 	default:
 	}
+	return l.sess
+}
+
+func (l *link) address() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.addr
 }
 
 // close ends the link for good: pending deliveries complete with err.

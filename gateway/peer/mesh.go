@@ -167,19 +167,58 @@ func (m *Mesh) Start(l net.Listener) error {
 // no longer listed is disconnected: its pending deliveries complete with
 // ErrBroken, and Send and Deliver to it fail with ErrUnknownPeer.
 func (m *Mesh) SetPeers(peers map[string]string) {
+	m.update(func(map[string]*link) map[string]string {
+		next := make(map[string]string, len(peers))
+		for name, addr := range peers {
+			if addr != "" {
+				next[name] = addr
+			}
+		}
+		return next
+	})
+}
+
+// SetPeer adds node at addr, or records its new addr, or (addr == "")
+// removes it, as SetPeers does for the whole set: the registry's
+// NodeJoined, NodeUpdated and NodeLeft events one at a time.
+func (m *Mesh) SetPeer(node, addr string) {
+	m.update(func(cur map[string]*link) map[string]string {
+		next := make(map[string]string, len(cur)+1)
+		for name, l := range cur {
+			next[name] = l.address()
+		}
+		if addr == "" {
+			delete(next, node)
+		} else {
+			next[node] = addr
+		}
+		return next
+	})
+}
+
+// update replaces the set of peers with the one want derives from the
+// current links. Links are made and their addresses set under m.mu, so
+// concurrent updates apply in order; streams are ended after it, since
+// ending one completes pending deliveries, whose callbacks may call back
+// into the Mesh.
+func (m *Mesh) update(want func(cur map[string]*link) map[string]string) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		return
 	}
 	cur := *m.links.Load()
+	peers := want(cur)
 	next := make(map[string]*link, len(peers))
+	var stale []*session
 	for name, addr := range peers {
 		if name == m.opts.Node || name == "" {
 			continue
 		}
 		if l := cur[name]; l != nil {
-			l.setAddr(addr)
+			if s := l.setAddr(addr); s != nil {
+				stale = append(stale, s)
+			}
 			next[name] = l
 			continue
 		}
@@ -187,6 +226,9 @@ func (m *Mesh) SetPeers(peers map[string]string) {
 	}
 	m.links.Store(&next)
 	m.mu.Unlock()
+	for _, s := range stale {
+		s.l.end(s, fmt.Errorf("%w: address changed", ErrBroken))
+	}
 	for name, l := range cur {
 		if next[name] == nil {
 			l.close(fmt.Errorf("%w: node %s left the cluster", ErrBroken, name))

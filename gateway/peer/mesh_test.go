@@ -577,6 +577,37 @@ func TestPeersComeAndGo(t *testing.T) {
 	waitAvailable(t, b, "a", true)
 }
 
+// A node registered anew at another address: the stream to the old one
+// ends and the new one is dialled at once. SetPeer handles one node.
+func TestAddressChange(t *testing.T) {
+	a := startNode(t, "a", fast(Options{}))
+	old := startNode(t, "b", fast(Options{}))
+	a.SetPeer("b", old.addr)
+	a.SetPeer("a", a.addr) // its own entry is ignored
+	old.SetPeer("a", a.addr)
+	waitAvailable(t, a, "b", true)
+
+	moved := startNode(t, "b", fast(Options{}))
+	moved.SetPeer("a", a.addr)
+	a.SetPeer("b", moved.addr)
+	waitAvailable(t, old, "a", false)
+	waitAvailable(t, a, "b", true)
+	if err := outcome(t, deliver(a, context.Background(), "b", Target{Client: "c"}, msg("t", "moved")), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if r := recv(t, moved.h.delivered); string(r.m.Payload) != "moved" {
+		t.Fatalf("got %q", r.m.Payload)
+	}
+	if s := stats(t, a, "b"); s.Addr != moved.addr || s.Streams != 2 || len(a.Stats()) != 1 {
+		t.Fatalf("a's figures for b: %+v", s)
+	}
+
+	a.SetPeer("b", "")
+	if a.Available("b") || len(a.Stats()) != 0 {
+		t.Fatal("SetPeer with no address left the peer")
+	}
+}
+
 func TestClusterMismatch(t *testing.T) {
 	a := startNode(t, "a", fast(Options{Cluster: "line-1"}))
 	b := startNode(t, "b", fast(Options{Cluster: "line-2"}))
