@@ -48,6 +48,7 @@ type RemoteError struct {
 	Msg  string // its error's text
 }
 
+// Error names the node and gives its text.
 func (e *RemoteError) Error() string { return "peer: " + e.Node + ": " + e.Msg }
 
 // Target is the client of a directed delivery: one member of one share

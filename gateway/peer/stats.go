@@ -20,6 +20,7 @@ const (
 	BreakerOpen
 )
 
+// String returns "closed", "half-open" or "open", as gobreaker names them.
 func (s BreakerState) String() string {
 	switch s {
 	case BreakerClosed:
