@@ -56,6 +56,11 @@ func New(self string, tr Transport, log *slog.Logger) *Node {
 	return &Node{self: self, tr: tr, log: log}
 }
 
+// SetTransport sets the transport, for one (such as gateway/peer's mesh)
+// that must be made after the node, since it hands what it receives to
+// the node. Call it before Attach.
+func (n *Node) SetTransport(tr Transport) { n.tr = tr }
+
 // Attach gives the node its registry and broker. It must be called before
 // the registry starts, since its events go to the broker.
 func (n *Node) Attach(reg *registry.Registry, srv *broker.Server) {

@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/linemq/linemq/gateway/cluster"
 	"github.com/linemq/linemq/gateway/cluster/internal/etcdtest"
 	"github.com/linemq/linemq/gateway/cluster/registry"
+	"github.com/linemq/linemq/gateway/peer"
 )
 
 var shared *etcdtest.Etcd
@@ -393,4 +395,75 @@ func TestSessionOwnership(t *testing.T) {
 	})
 	second.Send(packet.AppendPingreq(nil))
 	second.Expect(packet.PINGRESP, nil)
+}
+
+// TestSeedExampleOverGRPC is seed 000's example end to end on the real
+// parts: membership through etcd, messages through gateway/peer's gRPC
+// streams.
+func TestSeedExampleOverGRPC(t *testing.T) {
+	cli := shared.Client(t)
+	prefix := etcdtest.Prefix(t)
+	var gws []*gw
+	var meshes []*peer.Mesh
+	for i := 1; i <= 3; i++ {
+		name := fmt.Sprint("n", i)
+		node := cluster.New(name, nil, nil)
+		mesh, err := peer.New(peer.Options{Node: name, Cluster: "test", Handler: cluster.MeshHandler(node)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { mesh.Close() })
+		meshes = append(meshes, mesh)
+		node.SetTransport(cluster.NewMesh(mesh))
+		s := brokertest.Start(t, broker.Options{Cluster: node}, nil)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg, err := registry.New(registry.Options{Client: cli, Node: name, Prefix: prefix, Addr: ln.Addr().String(), OnEvent: node.HandleEvent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Attach(reg, s.Server)
+		if err := mesh.Start(ln); err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { reg.Close() })
+		<-reg.Ready()
+		gws = append(gws, &gw{Server: s, reg: reg})
+	}
+	clients := map[string]*brokertest.Client{}
+	for _, m := range []struct {
+		id   string
+		node int
+	}{{"A", 0}, {"B", 0}, {"C", 0}, {"D", 1}, {"E", 2}} {
+		clients[m.id] = subscribe(t, gws[m.node], m.id, "$share/g/line/#")
+	}
+	members(t, gws[0], 5)
+	brokertest.Eventually(t, 15*time.Second, "node 1's streams to nodes 2 and 3 up", func() bool {
+		return meshes[0].Available("n2") && meshes[0].Available("n3")
+	})
+	pub, _ := brokertest.Connect(t, gws[0].Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("pub"), CleanStart: true})
+	var got []string
+	for i := range 10 {
+		if rc := publish(t, pub, uint16(i+1), "line/1", fmt.Sprint(i)); rc != packet.Success {
+			t.Fatalf("publish %d: %v", i, rc)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+	find:
+		for time.Now().Before(deadline) {
+			for _, id := range []string{"A", "B", "C", "D", "E"} {
+				if next(clients[id], 5*time.Millisecond) != "" {
+					got = append(got, id)
+					break find
+				}
+			}
+		}
+	}
+	if fmt.Sprint(got) != "[A B C D E A B C D E]" {
+		t.Fatalf("deliveries %v, want A B C D E A B C D E", got)
+	}
 }

@@ -1,0 +1,51 @@
+package cluster
+
+import (
+	"context"
+
+	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/gateway/peer"
+)
+
+// Mesh adapts gateway/peer's Mesh, the gRPC transport between nodes, to
+// the glue's Transport, and hands what peers send to the broker.
+type Mesh struct{ m *peer.Mesh }
+
+// NewMesh wraps m. Pass the result's Handler as m's peer.Options.Handler:
+// make the Node first, then the mesh with MeshHandler(node), then wrap.
+func NewMesh(m *peer.Mesh) *Mesh { return &Mesh{m: m} }
+
+// Forward implements Transport: best effort, counted by the mesh when it
+// cannot be sent.
+func (t *Mesh) Forward(node string, m *broker.Message) { _ = t.m.Send(node, m) }
+
+// Deliver implements Transport: done is called once, also when the mesh
+// refuses at once (queue full, peer unknown or unavailable).
+func (t *Mesh) Deliver(to broker.RemoteMember, m *broker.Message, done func(error)) {
+	err := t.m.Deliver(context.Background(), to.Node, peer.Target{Group: to.Group, Filter: to.Filter, Client: to.ClientID}, m, done)
+	if err != nil {
+		done(err)
+	}
+}
+
+// Available implements Transport.
+func (t *Mesh) Available(node string) bool { return t.m.Available(node) }
+
+// SetPeer implements Transport.
+func (t *Mesh) SetPeer(node, addr string) { t.m.SetPeer(node, addr) }
+
+// MeshHandler returns the peer.Handler that hands what other nodes send to
+// n's broker.
+func MeshHandler(n *Node) peer.Handler { return meshHandler{n} }
+
+type meshHandler struct{ n *Node }
+
+// Forward reaches this node's ordinary subscribers only.
+func (h meshHandler) Forward(from string, m *broker.Message) { h.n.srv.ForwardFrom(from, m) }
+
+// Deliver queues m to the member's session and answers once it is there
+// (and stored, for a persistent session).
+func (h meshHandler) Deliver(from string, to peer.Target, m *broker.Message, r peer.Reply) {
+	h.n.srv.DeliverFrom(broker.RemoteMember{Node: h.n.self, Group: to.Group, Filter: to.Filter, ClientID: to.Client}, m,
+		func(accepted bool) { r.Done(accepted, nil) })
+}
