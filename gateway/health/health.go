@@ -104,7 +104,8 @@ type Registry struct {
 
 type entry struct {
 	Check
-	poll *poller // nil for pushed checks
+	poll     *poller // nil for pushed checks
+	answered bool    // a polled check has answered at least once
 }
 
 // New returns an empty registry.
@@ -244,7 +245,16 @@ func (r *Registry) updateLocked(e *entry, st State, reason string, fresh bool) {
 	if fresh {
 		prev = OK
 	}
+	first := e.Polled && !fresh && !e.answered
+	if e.Polled && !fresh {
+		e.answered = true
+	}
 	switch {
+	case e.Polled && fresh:
+		// A polled check starts as "no answer yet": not worth a warning
+		// at every start; its first answer is logged if it is not OK.
+	case first && st == OK:
+		// The first answer of a polled check, and it is OK: silent.
 	case st == OK && prev != OK:
 		r.log.Info("health: recovered", "check", e.Name, "was", prev.String())
 	case st != OK:
