@@ -24,6 +24,7 @@ type ClientStats struct {
 	PendingBytes   int            // encoded bytes waiting to be written to the socket
 
 	ExpiryInterval uint32    // Session Expiry Interval, seconds; 0xFFFFFFFF never
+	ConnectedAt    time.Time // when the current connection was accepted; zero while offline
 	DisconnectedAt time.Time // when the last connection ended; zero while connected
 	Subscriptions  int       // ordinary and shared
 	InFlight       int       // QoS 1/2 messages sent and not yet acknowledged
@@ -109,19 +110,23 @@ func (s *session) clientStats(now time.Time) ClientStats {
 		ClientID:       s.id,
 		Version:        s.version,
 		ExpiryInterval: s.expiry,
-		DisconnectedAt: s.disconnectedAt,
-		Subscriptions:  len(s.subs),
-		InFlight:       len(s.inflight),
-		Queued:         s.queue.len(),
-		Dropped:        s.dropped,
-		Disconnects:    s.disconnects,
-		Redeliveries:   s.redeliveries,
+
+		Subscriptions: len(s.subs),
+		InFlight:      len(s.inflight),
+		Queued:        s.queue.len(),
+		Dropped:       s.dropped,
+		Disconnects:   s.disconnects,
+		Redeliveries:  s.redeliveries,
 	}
 	if cs.Queued > 0 {
 		cs.OldestQueued = max(0, now.Sub(s.queue.at(0).msg.Created))
 	}
+	if s.conn == nil {
+		cs.DisconnectedAt = s.since
+	}
 	if c := s.conn; c != nil {
 		cs.Connected = true
+		cs.ConnectedAt = s.since
 		cs.Username = c.info.Username
 		if c.info.RemoteAddr != nil {
 			cs.RemoteAddr = c.info.RemoteAddr.String()

@@ -49,8 +49,10 @@ func TestClients(t *testing.T) {
 		t.Fatalf("Clients = %+v", all)
 	}
 	got := all[0]
+	start := clk.Now().Add(-3 * time.Second) // a connected before the clock moved
 	want := broker.ClientStats{
-		ClientID: "a", Connected: true, Username: "alice", RemoteAddr: a.Conn.LocalAddr().String(),
+		ConnectedAt: start,
+		ClientID:    "a", Connected: true, Username: "alice", RemoteAddr: a.Conn.LocalAddr().String(),
 		Version: packet.V5, KeepAlive: 30 * time.Second, ReceiveMaximum: 2, ExpiryInterval: 600,
 		Subscriptions: 1, InFlight: 2, Queued: 3, OldestQueued: 3 * time.Second,
 		PendingBytes: got.PendingBytes, // however much the writer has not written yet

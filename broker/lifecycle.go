@@ -74,7 +74,7 @@ func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(
 	sess.expiry = expiry
 	sess.conn = c
 	c.sess = sess
-	sess.disconnectedAt = time.Time{}
+	sess.since = now
 	sess.saveLocked()
 	// connected turns true with the CONNACK queued, under the write lock, so
 	// that a kick racing with this (a shutdown) sends DISCONNECT to a client
@@ -132,7 +132,7 @@ func (srv *Server) detach(c *conn, reason packet.ReasonCode) {
 	}
 	sess.conn = nil
 	sess.disconnects++
-	sess.disconnectedAt = now
+	sess.since = now
 	expiry := sess.expiry
 	var early []delivery
 	for _, sub := range sess.subs {

@@ -21,7 +21,10 @@ func (s *session) saveLocked() {
 	if !s.persistentLocked() {
 		return
 	}
-	rec := &SessionRecord{ClientID: s.id, Version: s.version, ExpiryInterval: s.expiry, Disconnected: s.disconnectedAt}
+	rec := &SessionRecord{ClientID: s.id, Version: s.version, ExpiryInterval: s.expiry}
+	if s.conn == nil {
+		rec.Disconnected = s.since // zero while connected: a restart counts from then
+	}
 	w := s.pendingWill
 	if w == nil && s.conn != nil {
 		w = s.conn.will
@@ -152,7 +155,7 @@ func (srv *Server) restore(ctx context.Context) error {
 		if since.IsZero() {
 			since = now
 		}
-		s.disconnectedAt = since
+		s.since = since
 		for _, sr := range rec.Subscriptions {
 			srv.restoreSubscription(s, sr)
 		}

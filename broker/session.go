@@ -41,9 +41,9 @@ type session struct {
 	willTimer   Timer
 	expiryTimer Timer
 
-	stored         bool      // the Store holds a record of this session
-	replaced       bool      // a clean start replaced it: its records are deleted and it writes no more
-	disconnectedAt time.Time // when the last connection ended
+	stored   bool      // the Store holds a record of this session
+	replaced bool      // a clean start replaced it: its records are deleted and it writes no more
+	since    time.Time // while connected, when the connection was accepted; else when the last one ended
 
 	dropped      uint64 // messages dropped for this session (queue full, too large)
 	overflowing  bool   // the queue overflowed and has not drained to half since: logged once

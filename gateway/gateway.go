@@ -135,7 +135,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	tracker := web.NewTracker(nil)
+	tracker := web.NewTracker()
 	authn, err := auth.New(cfg.Auth, auth.Options{Logger: log.With("component", "auth")})
 	if err != nil {
 		store.Close()

@@ -361,10 +361,9 @@ func (s *Server) clientJSON(cs broker.ClientStats) clientJSON {
 		ReceiveMaximum: cs.ReceiveMaximum, Queued: cs.Queued, OldestQueuedSeconds: round3(cs.OldestQueued.Seconds()),
 		PendingBytes: cs.PendingBytes, Dropped: cs.Dropped, Disconnects: cs.Disconnects, Redeliveries: cs.Redeliveries,
 	}
-	if cs.Connected && s.opts.Tracker != nil {
-		if t, ok := s.opts.Tracker.ConnectedSince(cs.ClientID); ok {
-			out.ConnectedSince = &t
-		}
+	if cs.Connected && !cs.ConnectedAt.IsZero() {
+		t := cs.ConnectedAt
+		out.ConnectedSince = &t
 	}
 	if !cs.DisconnectedAt.IsZero() {
 		t := cs.DisconnectedAt

@@ -236,7 +236,7 @@ type plant struct {
 
 func newPlant(t *testing.T) *plant {
 	t.Helper()
-	tracker := NewTracker(nil)
+	tracker := NewTracker()
 	srv, addr := brokertest.RunServer(t, broker.Options{
 		NodeID: "line3-gw",
 		Events: tracker,

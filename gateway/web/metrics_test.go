@@ -17,7 +17,7 @@ import (
 )
 
 func TestMetricsMatchTraffic(t *testing.T) {
-	tracker := NewTracker(nil)
+	tracker := NewTracker()
 	tr := newTraffic(t, tracker)
 	reg := health.New(health.Options{})
 	reg.Set("broker", health.OK, "")
