@@ -3,7 +3,6 @@ package registry_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -21,21 +20,7 @@ import (
 var shared *etcdtest.Etcd
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "registry-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	shared, err = etcdtest.New(dir, etcdtest.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	etcdtest.Main(m, func() {
-		shared.Close()
-		os.RemoveAll(dir)
-	})
+	etcdtest.MainShared(m, func(e *etcdtest.Etcd) { shared = e })
 }
 
 // waitFor bounds every wait in these tests.

@@ -266,3 +266,25 @@ func waitGoroutines(timeout time.Duration) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// MainShared is Main for a package whose tests share one etcd member (each
+// under its own Prefix): it starts the member in a temporary directory,
+// hands it to set before any test runs, and removes it afterwards.
+func MainShared(m *testing.M, set func(*Etcd)) {
+	dir, err := os.MkdirTemp("", "etcdtest-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	e, err := New(dir, Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	set(e)
+	Main(m, func() {
+		e.Close()
+		os.RemoveAll(dir)
+	})
+}
