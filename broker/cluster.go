@@ -303,6 +303,9 @@ func (g *shareGroup) deliverRemote(m *Message, sub *subscription, w *remoteWait,
 			w.finish(false)
 			return
 		}
+		// Counted as delivered when it was sent; it was not.
+		g.delivered.Add(^uint64(0))
+		sub.delivered.Add(^uint64(0))
 		srv.stats.clusterRepicks.Add(1)
 		g.repick(m, w, append(tried, sub.remote.ClientID))
 	})
@@ -331,6 +334,8 @@ func (g *shareGroup) repick(m *Message, w *remoteWait, tried []string) {
 		}
 		sub := mem.Value
 		if sub.remote != nil {
+			g.delivered.Add(1)
+			sub.delivered.Add(1)
 			g.deliverRemote(m, sub, w, tried)
 			return
 		}
