@@ -352,12 +352,10 @@ func (g *shareGroup) repick(m *Message, w *remoteWait, tried []string) {
 			res.conn.signal()
 		}
 		// Off the reader: this runs on the cluster's goroutine.
-		w.finish(res.persisted && srv(g).syncStore() != nil)
+		w.finish(res.persisted && g.srv.syncStore() != nil)
 		return
 	}
 }
-
-func srv(g *shareGroup) *Server { return g.srv }
 
 // clusterState is the Server's part of the cluster hooks.
 type clusterState struct {
