@@ -78,6 +78,7 @@ type Gateway struct {
 	srv     *broker.Server
 	store   *bolt.Store
 	health  *health.Registry
+	cluster *clustering // nil when standalone
 	hw      *hw.Hardware
 	web     *web.Server  // nil when http.listen is empty
 	mqtt    net.Listener // the mqtt.listen shortcut; nil when disabled
@@ -141,19 +142,35 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		store.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	healthReg := health.New(health.Options{Logger: log.With("component", "health")})
+	var cl *clustering
+	if cfg.Cluster.Listen != "" {
+		if cl, err = openCluster(ctx, cfg, dataDir, log); err != nil {
+			healthReg.Close()
+			store.Close()
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+	}
 	bo := cfg.BrokerOptions()
 	bo.Auth = authn
+	if cl != nil {
+		bo.Cluster = cl.node
+	}
 	bo.Logger = log.With("component", "broker")
 	bo.Store = store
 	bo.Events = tracker
 	srv, err := broker.New(bo)
 	if err != nil {
+		if cl != nil {
+			cl.close()
+		}
+		healthReg.Close()
 		store.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g := &Gateway{
 		cfg: cfg, log: log, srv: srv, store: store, started: time.Now(), auth: authn,
-		health:  health.New(health.Options{Logger: log.With("component", "health")}),
+		health: healthReg, cluster: cl,
 		ready:   make(chan struct{}),
 		stopped: make(chan struct{}), trimStop: make(chan struct{}), hwStop: make(chan struct{}),
 	}
@@ -172,6 +189,9 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 			}
 			g.health.Close()
 			srv.Close()
+			if g.cluster != nil {
+				g.cluster.close()
+			}
 			store.Close()
 		}
 	}()
@@ -204,6 +224,12 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	}
 	if err = g.startHealth(); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	if g.cluster != nil {
+		// The MQTT listeners open only once this node knows the others.
+		if err = g.cluster.attach(ctx, cfg, opts.Version, srv, g.health, log); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
 	}
 
 	if g.mqtt != nil {
@@ -312,9 +338,16 @@ func (g *Gateway) hwOptions(o hw.Options) hw.Options {
 // rate on the traffic LED. The cluster LED stays off: standalone.
 func (g *Gateway) driveLEDs() {
 	h := g.hw
-	h.Cluster.Set(led.Off)
+	h.Cluster.Set(led.Off) // standalone
 	changes, unsubscribe := g.health.Subscribe(16)
 	show := func(s health.State) {
+		if g.cluster != nil {
+			if c, ok := g.health.Get("cluster"); ok && c.State == health.OK {
+				h.Cluster.Set(led.On)
+			} else {
+				h.Cluster.Set(led.SlowBlink)
+			}
+		}
 		switch s {
 		case health.OK:
 			h.Status.Set(led.Heartbeat)
@@ -386,9 +419,27 @@ func (g *Gateway) newWeb(tracker *web.Tracker, version string) (*web.Server, err
 			return ss
 		},
 		Hardware:    func() any { return g.hwStatus() },
+		Cluster:     g.clusterStatus(),
 		SysInterval: sys,
 		Logger:      g.log.With("component", "web"),
 	})
+}
+
+// clusterStatus returns the cluster panel of the status page, or nil when
+// the gateway is standalone (the panel then says so).
+func (g *Gateway) clusterStatus() func() any {
+	if g.cluster == nil {
+		return nil
+	}
+	return func() any {
+		c := g.cluster
+		state, why := c.reg.State()
+		out := map[string]any{"cluster": g.cfg.Cluster.Name, "state": state.String(), "nodes": c.reg.Nodes(), "peers": c.mesh.Stats()}
+		if why != nil {
+			out["reason"] = why.Error()
+		}
+		return out
+	}
 }
 
 // hwStatus is the hardware panel of the status page.
@@ -513,6 +564,13 @@ func (g *Gateway) stop(cause error) {
 		g.closeListeners()
 		g.serving.Wait()
 		g.health.Close()
+		if g.cluster != nil {
+			// After the broker: its shutdown releases sessions and
+			// subscriptions through the registry.
+			if err := g.cluster.close(); err != nil {
+				g.log.Warn("leaving the cluster", "err", err)
+			}
+		}
 		// The store goes last: the broker's shutdown (wills, session
 		// records) writes to it.
 		if err := g.store.Close(); err != nil {

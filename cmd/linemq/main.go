@@ -57,6 +57,14 @@ var flagKeys = map[string]string{
 	"node-id":     "node_id",
 	"log-level":   "log_level",
 	"log-format":  "log_format",
+
+	"cluster-listen":       "cluster.listen",
+	"etcd-endpoints":       "cluster.etcd.endpoints",
+	"etcd-embed":           "cluster.etcd.embed",
+	"etcd-name":            "cluster.etcd.name",
+	"etcd-peer-listen":     "cluster.etcd.peer_listen",
+	"etcd-client-listen":   "cluster.etcd.client_listen",
+	"etcd-initial-cluster": "cluster.etcd.initial_cluster",
 }
 
 func main() {
@@ -165,6 +173,13 @@ func newFlagSet(stderr io.Writer) (fs *flag.FlagSet, configFile *string, showVer
 	fs.String("node-id", "", "`NAME` of this node (node_id; default: the host name)")
 	fs.String("log-level", config.DefaultLogLevel, "`LEVEL` of logs: debug, info, warn or error (log_level)")
 	fs.String("log-format", config.DefaultLogFormat, "`FORMAT` of logs: text or json (log_format)")
+	fs.String("cluster-listen", "", "`ADDR` of the node-to-node transport, host:port; turns clustering on (cluster.listen)")
+	fs.String("etcd-endpoints", "", "comma-separated client `URLS` of an external etcd (cluster.etcd.endpoints)")
+	fs.Bool("etcd-embed", false, "run an etcd member inside this gateway (cluster.etcd.embed)")
+	fs.String("etcd-name", "", "`NAME` of the embedded etcd member; default: the node id (cluster.etcd.name)")
+	fs.String("etcd-peer-listen", "", "peer `URL` of the embedded member, e.g. http://10.0.0.11:2380 (cluster.etcd.peer_listen)")
+	fs.String("etcd-client-listen", "", "client `URL` of the embedded member, e.g. http://10.0.0.11:2379 (cluster.etcd.client_listen)")
+	fs.String("etcd-initial-cluster", "", "every member as `name=peer-url,...` (cluster.etcd.initial_cluster)")
 	showVersion = fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
@@ -209,7 +224,11 @@ func configure(fs *flag.FlagSet, file string) (*config.Config, error) {
 	var errs []error
 	fs.Visit(func(f *flag.Flag) {
 		if key, ok := flagKeys[f.Name]; ok {
-			errs = append(errs, cfg.Override(key, f.Value.String(), "flag -"+f.Name))
+			v := f.Value.String()
+			if f.Name == "etcd-endpoints" {
+				v = "[" + v + "]" // a list in the file
+			}
+			errs = append(errs, cfg.Override(key, v, "flag -"+f.Name))
 		}
 	})
 	if err := errors.Join(errs...); err != nil {
