@@ -124,6 +124,14 @@ func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool) erro
 		return fmt.Errorf("%w (%s)", errSessionElsewhere, o.Node)
 	}
 	_, err := n.reg.ClaimSession(ctx, clientID)
+	if err != nil && ctx.Err() != nil {
+		// etcd did not answer in time (a leader election, a partition):
+		// the node keeps serving on its last copy, which shows no other
+		// owner. Refusing would stop every reconnect for as long as etcd
+		// is away; the claim is made again at the client's next connect.
+		n.log.Warn("session claimed from the local copy: etcd did not answer", "client", clientID, "err", err)
+		return nil
+	}
 	return err
 }
 
