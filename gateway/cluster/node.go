@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/linemq/linemq/broker"
@@ -44,6 +45,16 @@ type Node struct {
 	tr   Transport
 	srv  *broker.Server
 	log  *slog.Logger
+
+	// Subscriptions the broker restored from its store before Attach:
+	// registered once the registry is there.
+	mu    sync.Mutex
+	early []earlySub
+}
+
+type earlySub struct {
+	client, filter string
+	qos            byte
 }
 
 // New returns the node named self. reg is created with OnEvent set to the
@@ -64,7 +75,14 @@ func (n *Node) SetTransport(tr Transport) { n.tr = tr }
 // Attach gives the node its registry and broker. It must be called before
 // the registry starts, since its events go to the broker.
 func (n *Node) Attach(reg *registry.Registry, srv *broker.Server) {
+	n.mu.Lock()
 	n.reg, n.srv = reg, srv
+	early := n.early
+	n.early = nil
+	n.mu.Unlock()
+	for _, e := range early {
+		n.Subscribed(e.client, e.filter, e.qos)
+	}
 }
 
 // Forward implements broker.Cluster.
@@ -82,6 +100,15 @@ func (n *Node) Available(node string) bool { return n.tr.Available(node) }
 // Subscribed implements broker.Cluster: a member of a share group or an
 // ordinary filter is registered; the SUBACK waits for the write.
 func (n *Node) Subscribed(clientID, filter string, qos byte) broker.Registration {
+	n.mu.Lock()
+	if n.reg == nil {
+		// The broker restores stored sessions while it is made, before
+		// the registry can be attached to it.
+		n.early = append(n.early, earlySub{clientID, filter, qos})
+		n.mu.Unlock()
+		return nil
+	}
+	n.mu.Unlock()
 	group, tf, shared, err := topic.ParseShare(filter)
 	switch {
 	case err != nil:
@@ -95,6 +122,19 @@ func (n *Node) Subscribed(clientID, filter string, qos byte) broker.Registration
 
 // Unsubscribed implements broker.Cluster.
 func (n *Node) Unsubscribed(clientID, filter string) broker.Registration {
+	n.mu.Lock()
+	if n.reg == nil {
+		// A restored session that ended while the broker was being made.
+		for i, e := range n.early {
+			if e.client == clientID && e.filter == filter {
+				n.early = append(n.early[:i], n.early[i+1:]...)
+				break
+			}
+		}
+		n.mu.Unlock()
+		return nil
+	}
+	n.mu.Unlock()
 	group, tf, shared, err := topic.ParseShare(filter)
 	switch {
 	case err != nil:
@@ -137,10 +177,16 @@ func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool) erro
 
 // Release implements broker.Cluster.
 func (n *Node) Release(clientID string) {
+	n.mu.Lock()
+	reg := n.reg
+	n.mu.Unlock()
+	if reg == nil {
+		return // nothing was claimed before the registry was attached
+	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := n.reg.ReleaseSession(ctx, clientID); err != nil {
+		if err := reg.ReleaseSession(ctx, clientID); err != nil {
 			n.log.Debug("releasing a session", "client", clientID, "err", err)
 		}
 	}()
