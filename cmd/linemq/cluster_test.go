@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,7 +76,14 @@ var readyRE = regexp.MustCompile(`msg=ready .*mqtt=(\S+)`)
 // acknowledged must reach a worker (duplicates are counted, not failed):
 // those node 3 had accepted come back from its disk; those sent after the
 // kill went to the workers left.
-func TestClusterNodeKilled(t *testing.T) {
+func TestClusterNodeKilled(t *testing.T) { clusterFault(t, "kill") }
+
+// TestClusterNodeStopped is the same with node 3 frozen (SIGSTOP) for 10
+// seconds instead, then resumed (SIGCONT): a hung node is passed over, and
+// what it held is delivered when it wakes.
+func TestClusterNodeStopped(t *testing.T) { clusterFault(t, "stop") }
+
+func clusterFault(t *testing.T, fault string) {
 	if testing.Short() {
 		t.Skip("processes and an etcd quorum")
 	}
@@ -131,9 +139,14 @@ func TestClusterNodeKilled(t *testing.T) {
 	const n = 300
 	var acked []uint64
 	var mu sync.Mutex
+	var stoppedAt time.Time
 	for seq := uint64(1); seq <= n; seq++ {
-		if seq == n/3 {
+		switch {
+		case seq == n/3 && fault == "kill":
 			ds[2].cmd.Process.Kill() // SIGKILL node 3
+		case seq == n/3 && fault == "stop":
+			ds[2].cmd.Process.Signal(syscall.SIGSTOP)
+			stoppedAt = time.Now()
 		}
 		pid := uint16(seq%60000 + 2)
 		if err := pub.write((&packet.Publish{Topic: []byte("cl/x"), QoS: 1, PacketID: pid, Payload: []byte(strconv.FormatUint(seq, 10))}).Append(nil, packet.V5)); err != nil {
@@ -151,19 +164,26 @@ func TestClusterNodeKilled(t *testing.T) {
 			mu.Unlock()
 		}
 	}
-	<-ds[2].exited
-
-	// Node 3 comes back on its data directory; its worker reconnects to
-	// its persistent session.
-	ds[2] = start(t, args(2)...)
-	addrs[2] = ds[2].waitLine(t, readyRE, 60*time.Second)[1]
-	workers[2] = startWorker(t, addrs[2], "w3", false, got)
+	if fault == "kill" {
+		<-ds[2].exited
+		// Node 3 comes back on its data directory; its worker reconnects
+		// to its persistent session.
+		ds[2] = start(t, args(2)...)
+		addrs[2] = ds[2].waitLine(t, readyRE, 60*time.Second)[1]
+		workers[2] = startWorker(t, addrs[2], "w3", false, got)
+	} else {
+		t.Logf("publishing with node 3 frozen took %v", time.Since(stoppedAt).Round(time.Millisecond))
+		if d := 10*time.Second - time.Since(stoppedAt); d > 0 {
+			time.Sleep(d) // node 3 stays frozen for its 10 seconds
+		}
+		ds[2].cmd.Process.Signal(syscall.SIGCONT)
+	}
 
 	deadline = time.Now().Add(30 * time.Second)
 	for {
 		missing, dups := got.missing(acked)
 		if missing == 0 {
-			t.Logf("%d of %d messages acknowledged, all delivered, %d duplicates; node 3 killed after %d", len(acked), n, dups, n/3)
+			t.Logf("%s: %d of %d messages acknowledged, all delivered, %d duplicates; node 3 hit after %d", fault, len(acked), n, dups, n/3)
 			break
 		}
 		if time.Now().After(deadline) {
