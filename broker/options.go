@@ -11,9 +11,6 @@ import (
 // default, so Options{} is a working standalone broker. Options are read once
 // by New; changing them afterwards has no effect.
 type Options struct {
-	// NodeID names this broker in logs and, in a cluster, to its peers.
-	NodeID string
-
 	// MaxPacketSize is the largest packet accepted from a client, advertised
 	// as Maximum Packet Size in a v5 CONNACK. A larger packet ends the
 	// connection with 0x95 Packet too large. Default 1 MiB.

@@ -464,7 +464,6 @@ func (c *Config) BrokerOptions() broker.Options {
 	e := c.WithDefaults()
 	m := &e.MQTT
 	o := broker.Options{
-		NodeID:               e.NodeID,
 		MaxPacketSize:        int(m.MaxPacketSize),
 		ReceiveMaximum:       uint16(m.ReceiveMaximum),
 		TopicAliasMaximum:    int(*m.TopicAliasMaximum),

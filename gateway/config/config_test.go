@@ -648,7 +648,7 @@ func TestOverrideInCode(t *testing.T) {
 		t.Errorf("overrides not applied: %+v", e)
 	}
 	o := c.BrokerOptions()
-	if !o.DisableRetain || o.TopicAliasMaximum != -1 || o.NodeID != "123" || o.MaxQueuedTotal != -1 {
+	if !o.DisableRetain || o.TopicAliasMaximum != -1 || o.MaxQueuedTotal != -1 {
 		t.Errorf("BrokerOptions = %+v", o)
 	}
 }
@@ -686,12 +686,7 @@ func TestDefaults(t *testing.T) {
 		}
 	}
 
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "linemq"
-	}
 	want := broker.Options{
-		NodeID:               host,
 		MaxPacketSize:        1 << 20,
 		ReceiveMaximum:       1024,
 		TopicAliasMaximum:    1024,
@@ -784,7 +779,6 @@ func TestValues(t *testing.T) {
 		t.Errorf("config = %+v", c)
 	}
 	want := broker.Options{
-		NodeID:               "gw-1",
 		MaxPacketSize:        65536,
 		ReceiveMaximum:       1000,
 		TopicAliasMaximum:    -1,
