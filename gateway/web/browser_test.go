@@ -238,7 +238,6 @@ func newPlant(t *testing.T) *plant {
 	t.Helper()
 	tracker := NewTracker()
 	srv, addr := brokertest.RunServer(t, broker.Options{
-		NodeID: "line3-gw",
 		Events: tracker,
 		Shares: broker.ShareOptions{Groups: []broker.GroupPolicy{
 			{Name: "report-prep", MinMembers: 3},
