@@ -337,6 +337,18 @@ func (c *conn) sendAcks(held []heldAck, err error) {
 	}
 }
 
+// acksIdle reports whether no acknowledgement of the connection is waiting
+// or being written.
+func (c *conn) acksIdle() bool {
+	q := c.acks.Load()
+	if q == nil {
+		return true
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.q) == 0 && !q.draining
+}
+
 // ackQueue holds a connection's acknowledgements once one of them had to
 // wait, so that those after it wait behind it.
 type ackQueue struct {

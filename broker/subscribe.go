@@ -109,8 +109,21 @@ func (c *conn) handleSubscribe(body []byte) error {
 			}
 		}
 	}
-	c.held = append(c.held, heldAck{t: packet.SUBACK, pid: p.PacketID, reply: reply})
+	c.queueReply(heldAck{t: packet.SUBACK, pid: p.PacketID, reply: reply})
 	return nil
+}
+
+// queueReply sends a SUBACK or UNSUBACK. When nothing makes it wait (no
+// Store write, no cluster registration, no acknowledgement of this
+// connection still on its way) it goes out at once: the new subscription
+// already receives messages, and a client reading its SUBACK first is the
+// usual order. Otherwise it joins the held acknowledgements, in order.
+func (c *conn) queueReply(a heldAck) {
+	if len(c.held) == 0 && !c.needSync && c.syncing.Load() == 0 && len(a.reply.regs) == 0 && c.acksIdle() {
+		c.sendReply(a, nil)
+		return
+	}
+	c.held = append(c.held, a)
 }
 
 // heldReply is a SUBACK or UNSUBACK held until the Store has made the
@@ -209,7 +222,7 @@ func (c *conn) handleUnsubscribe(body []byte) error {
 			}
 		}
 	}
-	c.held = append(c.held, heldAck{t: packet.UNSUBACK, pid: p.PacketID, reply: reply})
+	c.queueReply(heldAck{t: packet.UNSUBACK, pid: p.PacketID, reply: reply})
 	return nil
 }
 
