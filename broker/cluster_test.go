@@ -168,13 +168,7 @@ func TestClusterNoDuplicate(t *testing.T) {
 	for i := range n {
 		pubAck(t, pub, uint16(i+1), "t/x", fmt.Sprint(i))
 	}
-	count := func(c *brokertest.Client) int {
-		k := 0
-		for nextPayload(c, 200*time.Millisecond) != "" {
-			k++
-		}
-		return k
-	}
+	count := func(c *brokertest.Client) int { return len(drainPayloads(c)) }
 	if k := count(plain); k != n {
 		t.Errorf("ordinary subscriber on node 2 got %d, want %d", k, n)
 	}
@@ -211,7 +205,7 @@ func TestClusterRepick(t *testing.T) {
 	}
 	seen := map[string]int{}
 	for _, c := range []*brokertest.Client{a, e} {
-		for p := nextPayload(c, 200*time.Millisecond); p != ""; p = nextPayload(c, 200*time.Millisecond) {
+		for _, p := range drainPayloads(c) {
 			seen[p]++
 		}
 	}

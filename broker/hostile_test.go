@@ -131,6 +131,29 @@ func pubAck(t *testing.T, c *brokertest.Client, pid uint16, topic, payload strin
 	return a.Reason
 }
 
+// drainPayloads reads PUBLISHes, acknowledging QoS 1 ones, until none has
+// come for 300 ms, and returns their payloads in order.
+func drainPayloads(c *brokertest.Client) []string {
+	var out []string
+	for {
+		h, body, err := c.Read(300 * time.Millisecond)
+		if err != nil {
+			return out
+		}
+		if h.Type != packet.PUBLISH {
+			continue
+		}
+		var p packet.Publish
+		if p.Decode(c.Version, h.Flags, body) != nil {
+			return out
+		}
+		out = append(out, string(p.Payload))
+		if p.QoS == 1 {
+			c.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, c.Version))
+		}
+	}
+}
+
 // expectPayloads reads PUBLISHes (acknowledging QoS 1) and fails unless
 // their payloads are want, in order, with nothing after.
 func expectPayloads(t *testing.T, c *brokertest.Client, want ...string) {
@@ -669,7 +692,7 @@ func TestBackpressureCeiling(t *testing.T) {
 	srv, addr := brokertest.RunServer(t, broker.Options{MaxQueuedMessages: limit, ReceiveMaximum: 10})
 	windowSub(t, addr, "stuck", "$share/g/c/#", 1, 0)
 	refused := 0
-	for round := range 10 {
+	for range 10 {
 		pub, _ := brokertest.Connect(t, addr, rawV5("pub", true))
 		for i := range 10 {
 			pub.Publish(&packet.Publish{Topic: []byte("c/x"), QoS: 1, PacketID: uint16(i + 1), Payload: []byte("x")})
@@ -686,7 +709,6 @@ func TestBackpressureCeiling(t *testing.T) {
 			}
 		}
 		pub.Conn.Close()
-		_ = round
 	}
 	if q := srv.Stats().Queued; q > 2*limit {
 		t.Fatalf("%d queued for a stuck member, want at most %d", q, 2*limit)
@@ -753,15 +775,8 @@ func TestOverflowConcurrentPublishers(t *testing.T) {
 	for _, id := range []string{"member", "plain"} {
 		c, _ := brokertest.Connect(t, addr, withExpiry(rawV5(id, false), 300))
 		got := map[string]bool{}
-		for {
-			h, body, err := c.Read(300 * time.Millisecond)
-			if err != nil {
-				break
-			}
-			var p packet.Publish
-			p.Decode(packet.V5, h.Flags, body)
-			got[string(p.Payload)] = true
-			c.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+		for _, p := range drainPayloads(c) {
+			got[p] = true
 		}
 		for m := range acked {
 			if !got[m] {
@@ -847,15 +862,7 @@ func TestAcksKeepPublishOrder(t *testing.T) {
 		t.Fatalf("every PUBACK sent while the group is congested: %v", got)
 	}
 	// The member drains: the rest follow, in order.
-	for {
-		var p packet.Publish
-		h, body, err := member.Read(300 * time.Millisecond)
-		if err != nil {
-			break
-		}
-		p.Decode(packet.V5, h.Flags, body)
-		member.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
-	}
+	drainPayloads(member)
 	for len(got) < 16 {
 		var a packet.Ack
 		pub.Expect(packet.PUBACK, &a)

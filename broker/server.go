@@ -118,7 +118,7 @@ func (s *Server) Serve(l net.Listener) error {
 			if s.closed.Load() {
 				return ErrServerClosed
 			}
-			if temporaryAcceptError(err) {
+			if TemporaryAcceptError(err) {
 				// Out of file descriptors and the like: wait and retry
 				// rather than spin or give up on the listener.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
@@ -138,10 +138,11 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 }
 
-// temporaryAcceptError reports whether Accept failed for a reason that
+// TemporaryAcceptError reports whether Accept failed for a reason that
 // passes (out of file descriptors or buffers, a timeout), so the listener
-// should be retried rather than abandoned.
-func temporaryAcceptError(err error) bool {
+// should be retried rather than abandoned. Serve retries on it; listeners
+// that accept on their own (TLS, WebSocket) use it too.
+func TemporaryAcceptError(err error) bool {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		return true

@@ -13,8 +13,9 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/linemq/linemq/broker"
 )
 
 // DefaultHandshakeTimeout bounds a TLS handshake or a WebSocket upgrade.
@@ -295,7 +296,7 @@ func (l *Listener) acceptCounted() (net.Conn, error) {
 				return nil, net.ErrClosed
 			default:
 			}
-			if !temporary(err) {
+			if !broker.TemporaryAcceptError(err) {
 				return nil, err
 			}
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
@@ -332,23 +333,6 @@ func (l *Listener) refusedOne() {
 	if now-last >= int64(refusalLogEvery) && l.lastLogged.CompareAndSwap(last, now) {
 		l.log.Warn("connection refused: listener at max_connections", "max_connections", l.cfg.MaxConnections, "refused_total", n)
 	}
-}
-
-// temporary reports whether an Accept error passes (out of file
-// descriptors or buffers, a timeout), so the socket should be retried.
-func temporary(err error) bool {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true
-	}
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		switch errno {
-		case syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED:
-			return true
-		}
-	}
-	return false
 }
 
 // acceptTLS accepts TCP connections and runs each one's handshake in a

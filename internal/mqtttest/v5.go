@@ -123,19 +123,3 @@ func (c *V5) None(d time.Duration) {
 	case <-time.After(d):
 	}
 }
-
-// Eventually polls cond until it returns true, failing the test after
-// timeout. (brokertest.Eventually is the same for tests that can import
-// only the standard library's world.)
-func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	wait := time.Millisecond
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for: %s", timeout, msg)
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, 50*time.Millisecond)
-	}
-}
