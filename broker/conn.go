@@ -54,6 +54,8 @@ type conn struct {
 	r          *router
 	held       []heldAck // acknowledgements waiting for the Store
 
+	pubRate rateBucket // the reader's bucket for MaxPublishRate (limits.go)
+
 	// The acknowledgements on their way out, in order, once one had to
 	// wait (sendAcks); nil until then, so an idle connection pays nothing.
 	acks atomic.Pointer[ackQueue]

@@ -167,7 +167,10 @@ func (c *conn) handleConnect(body []byte) error {
 			return c.refuse(c.version, packet.ServerUnavailable)
 		}
 	}
-	present := c.srv.attach(c, p.CleanStart, expiry, connack)
+	present, rc := c.srv.attach(c, p.CleanStart, expiry, connack)
+	if rc != packet.Success {
+		return c.refuse(c.version, rc) // a limit: MaxConnections, MaxSessions
+	}
 	if ev := opts.Events; ev != nil {
 		ev.ClientConnected(c.info, present)
 	}

@@ -92,6 +92,11 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 	if err := p.Decode(c.version, flags, body); err != nil {
 		return err
 	}
+	if c.srv.opts.MaxPublishRate > 0 {
+		if err := c.throttle(); err != nil {
+			return err
+		}
+	}
 	c.srv.stats.msgsIn.Add(1)
 	c.srv.stats.bytesIn.Add(uint64(len(p.Payload)))
 	v5 := c.version >= packet.V5
@@ -167,6 +172,7 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 	}
 
 	rc := packet.Success
+	retainRefused := false
 	var wait *session
 	var remote *remoteWait
 	// The message is made before the authorisation check so that the check
@@ -176,18 +182,21 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 		rc = packet.NotAuthorized
 	} else {
 		if p.Retain {
-			c.srv.retain(m)
+			// Over MaxRetainedMessages or MaxRetainedBytes the message is
+			// routed but not kept, and a v5 publisher told 0x97.
+			retainRefused = !c.srv.retain(m)
 			// A retained message is acknowledged once it is durable too:
 			// it is often a device's configuration.
-			c.needSync = c.needSync || (c.srv.opts.Store != nil && p.QoS > 0)
+			c.needSync = c.needSync || (c.srv.opts.Store != nil && p.QoS > 0 && !retainRefused)
 		}
 		r := c.router()
 		r.route(c.srv, m, c)
 		switch {
-		case r.refused:
+		case r.refused || retainRefused:
 			// A queue was full and nothing acknowledged is ever dropped
-			// (Options.Overload): the publisher learns that not every
-			// subscriber has the message. 0x10 would claim nobody matched.
+			// (Options.Overload), or the retained store had no room: the
+			// publisher learns that not all it asked for was done. 0x10
+			// would claim nobody matched.
 			rc = packet.QuotaExceeded
 			r.refused = false
 		case !r.matched && v5:

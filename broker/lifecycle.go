@@ -9,7 +9,9 @@ import (
 // attach binds a freshly accepted connection to its session, taking the
 // session over from any connection that holds it [MQTT-3.1.4-3], and
 // queues the CONNACK (made by connack, told whether a session is present)
-// before anything the session has to resend. It reports session present.
+// before anything the session has to resend. It reports session present,
+// and Success; or, touching nothing, the CONNACK refusal of a limit
+// (MaxConnections, MaxSessions: admitLocked).
 //
 // The session is chosen, bound to c and given its CONNACK in one critical
 // section under srv.mu: a CONNECT for the same client id arriving a moment
@@ -17,7 +19,7 @@ import (
 // it. Were the binding done after srv.mu is released, that CONNECT could
 // find the session without a connection, kick nobody, and leave two live
 // connections on one client id.
-func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(present bool) []byte) bool {
+func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(present bool) []byte) (bool, packet.ReasonCode) {
 	var (
 		oldConn  *conn
 		oldWill  *will
@@ -29,6 +31,13 @@ func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(
 	)
 	srv.mu.Lock()
 	old := srv.sessions[clientID]
+	if rc := srv.admitLocked(c, old, expiry); rc != packet.Success {
+		srv.mu.Unlock()
+		if cl := srv.opts.Cluster; cl != nil && old == nil {
+			cl.Release(clientID) // claimed by handleConnect, never used
+		}
+		return false, rc
+	}
 	if old != nil {
 		old.mu.Lock()
 		oldConn = old.conn
@@ -106,7 +115,7 @@ func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(
 		srv.publishWill(oldWill, now)
 	}
 	c.signal()
-	return present
+	return present, packet.Success
 }
 
 // detach runs when a connection has ended: the session is left to expire,

@@ -106,6 +106,62 @@ type Options struct {
 	// connection is considered dead. Default 30 s.
 	WriteTimeout time.Duration
 
+	// MaxConnections bounds the clients connected at once, over every
+	// listener (each listener may have its own, lower, bound). A CONNECT
+	// beyond it is refused with CONNACK 0x97 Quota exceeded (3.1.1: 0x03
+	// Server unavailable), unless it takes over the session of a client
+	// that is connected (a reconnecting client must not be locked out by
+	// its own half-open connection). Connections that have not sent
+	// CONNECT yet are bounded too: past MaxConnections plus a headroom of
+	// an eighth (at least 16), left for those refusals and takeovers, a new
+	// connection is closed as soon as it is accepted. Default 2048;
+	// negative for none.
+	MaxConnections int
+
+	// MaxPublishRate is how many PUBLISH packets per second one connection
+	// may send, sustained; PublishBurst more may arrive at once (a token
+	// bucket). A v5 client over it is disconnected with 0x96 Message rate
+	// too high; a 3.1.1 client, which cannot be told why, is slowed down
+	// instead: the broker stops reading from it until the rate allows its
+	// next PUBLISH (TCP then slows the sender), as EMQX does. The bucket
+	// belongs to the connection: a client that reconnects starts with a
+	// full one (a CONNECT costs more than the publishes it buys). Default
+	// 0 (or negative): no limit.
+	MaxPublishRate int
+
+	// PublishBurst is the depth of the MaxPublishRate bucket: how many
+	// PUBLISH packets a connection may send at once after a quiet spell.
+	// Default MaxPublishRate (one second's worth).
+	PublishBurst int
+
+	// MaxSubscriptionsPerClient bounds the subscriptions of one session
+	// (shared ones included). A new filter beyond it is refused in the
+	// SUBACK with 0x97 Quota exceeded (3.1.1: 0x80); a filter the session
+	// already has may be subscribed again. Default 1000; negative for none.
+	MaxSubscriptionsPerClient int
+
+	// MaxRetainedMessages and MaxRetainedBytes bound the retained messages
+	// the broker keeps (bytes: topic, payload and properties). A retained
+	// PUBLISH that would go over either is still routed to the current
+	// subscribers but not retained, and a v5 publisher is told so with
+	// PUBACK/PUBREC 0x97 Quota exceeded. Replacing a retained message with
+	// one no larger, and clearing one (empty payload), are always
+	// accepted. Defaults 100,000 and 64 MiB; negative for none.
+	MaxRetainedMessages int
+	MaxRetainedBytes    int
+
+	// MaxSessions bounds the sessions the broker keeps, connected or not:
+	// in effect, the sessions left behind by clients that went away. A
+	// CONNECT that would create a new session outliving its connection
+	// (3.1.1 Clean Session 0, v5 Session Expiry Interval above 0) while
+	// the broker holds MaxSessions is refused with CONNACK 0x97 Quota
+	// exceeded (3.1.1: 0x03 Server unavailable). Resuming a session, and
+	// sessions that end with their connection, are never refused. No
+	// existing session is expired to make room: it may hold messages that
+	// were acknowledged to their publishers. Default 10,000; negative for
+	// none.
+	MaxSessions int
+
 	// DisableRetain refuses retained messages (0x9A) and says so in
 	// CONNACK; by default they are available.
 	DisableRetain bool
@@ -167,6 +223,12 @@ const (
 	DefaultMaxTopicLength    = 4096
 	DefaultMaxPendingTotal   = 256 << 20
 	DefaultPartialPacketTime = 30 * time.Second
+
+	DefaultMaxConnections            = 2048
+	DefaultMaxSubscriptionsPerClient = 1000
+	DefaultMaxRetainedMessages       = 100_000
+	DefaultMaxRetainedBytes          = 64 << 20
+	DefaultMaxSessions               = 10_000
 )
 
 // Validate reports every option that is out of range, joined into one
@@ -188,7 +250,8 @@ func (o *Options) Validate() error {
 	for _, n := range []struct {
 		name string
 		v    int
-	}{{"MaxQueuedMessages", o.MaxQueuedMessages}, {"MaxPendingBytes", o.MaxPendingBytes}} {
+	}{{"MaxQueuedMessages", o.MaxQueuedMessages}, {"MaxPendingBytes", o.MaxPendingBytes},
+		{"PublishBurst", o.PublishBurst}} {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("broker: %s %d is negative", n.name, n.v))
 		}
@@ -250,6 +313,15 @@ func (o Options) withDefaults() Options {
 		o.MaxTopicLength = 65535
 	}
 	o.MaxPendingBytesTotal = limitOrDefault(o.MaxPendingBytesTotal, DefaultMaxPendingTotal)
+	o.MaxConnections = limitOrDefault(o.MaxConnections, DefaultMaxConnections)
+	o.MaxSubscriptionsPerClient = limitOrDefault(o.MaxSubscriptionsPerClient, DefaultMaxSubscriptionsPerClient)
+	o.MaxRetainedMessages = limitOrDefault(o.MaxRetainedMessages, DefaultMaxRetainedMessages)
+	o.MaxRetainedBytes = limitOrDefault(o.MaxRetainedBytes, DefaultMaxRetainedBytes)
+	o.MaxSessions = limitOrDefault(o.MaxSessions, DefaultMaxSessions)
+	o.MaxPublishRate = max(o.MaxPublishRate, 0)
+	if o.MaxPublishRate > 0 && o.PublishBurst == 0 {
+		o.PublishBurst = o.MaxPublishRate
+	}
 	if o.PartialPacketTimeout == 0 {
 		o.PartialPacketTimeout = DefaultPartialPacketTime
 	} else if o.PartialPacketTimeout < 0 {

@@ -11,9 +11,10 @@ import (
 // rather than a scan of every retained topic: with half a million retained
 // topics a scan took 45 ms per filter and held up retained publishes.
 type retainedStore struct {
-	mu   sync.RWMutex
-	root retainedNode
-	n    int
+	mu    sync.RWMutex
+	root  retainedNode
+	n     int
+	bytes int // retainedSize of every message held, for MaxRetainedBytes
 }
 
 // retainedNode is one topic level.
@@ -24,12 +25,29 @@ type retainedNode struct {
 
 // set stores m as its topic's retained message, or clears the topic's
 // retained message when m has an empty payload [MQTT-3.3.1-6] [MQTT-3.3.1-7].
-func (r *retainedStore) set(m *Message) {
+// It applies no limit: it restores what the Store kept.
+func (r *retainedStore) set(m *Message) { r.setWithin(m, 0, 0) }
+
+// setWithin is set within limits of maxN messages and maxBytes bytes (0:
+// none). It reports false, and keeps nothing, when m would take the store
+// over one of them; a message no larger than the one it replaces, and a
+// clearing one, always fit.
+func (r *retainedStore) setWithin(m *Message, maxN, maxBytes int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(m.Payload) == 0 {
 		r.clearLocked(m.Topic, nil)
-		return
+		return true
+	}
+	size := retainedSize(m)
+	if maxN > 0 || maxBytes > 0 {
+		n, bytes := r.n+1, r.bytes+size
+		if old := r.lookupLocked(m.Topic); old != nil {
+			n, bytes = r.n, bytes-retainedSize(old)
+		}
+		if (maxN > 0 && n > maxN && n > r.n) || (maxBytes > 0 && bytes > maxBytes && bytes > r.bytes) {
+			return false
+		}
 	}
 	n := &r.root
 	for rest, more := m.Topic, true; more; {
@@ -47,8 +65,35 @@ func (r *retainedStore) set(m *Message) {
 	}
 	if n.msg == nil {
 		r.n++
+	} else {
+		r.bytes -= retainedSize(n.msg)
 	}
+	r.bytes += size
 	n.msg = m
+	return true
+}
+
+// lookupLocked returns topic's retained message, or nil.
+func (r *retainedStore) lookupLocked(topic string) *Message {
+	n := &r.root
+	for rest, more := topic, true; more; {
+		var level string
+		level, rest, more = strings.Cut(rest, "/")
+		if n = n.children[level]; n == nil {
+			return nil
+		}
+	}
+	return n.msg
+}
+
+// retainedSize is what a retained message counts against MaxRetainedBytes:
+// its topic, payload and properties.
+func retainedSize(m *Message) int {
+	n := len(m.Topic) + len(m.Payload) + len(m.ContentType) + len(m.ResponseTopic) + len(m.CorrelationData)
+	for _, u := range m.User {
+		n += len(u.Key) + len(u.Value)
+	}
+	return n
 }
 
 // clearLocked removes topic's retained message (only if it is still only,
@@ -69,6 +114,7 @@ func (r *retainedStore) clearLocked(topic string, only *Message) {
 	if n.msg == nil || (only != nil && n.msg != only) {
 		return
 	}
+	r.bytes -= retainedSize(n.msg)
 	n.msg = nil
 	r.n--
 	for i := len(path) - 1; i >= 0 && n.msg == nil && len(n.children) == 0; i-- {
@@ -151,14 +197,30 @@ func (r *retainedStore) len() int {
 	return r.n
 }
 
+// size returns the bytes the retained messages count against
+// MaxRetainedBytes.
+func (r *retainedStore) size() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.bytes
+}
+
 // retain records m as retained, and persists it when a Store is configured.
-func (srv *Server) retain(m *Message) {
+// It reports false when MaxRetainedMessages or MaxRetainedBytes leave no
+// room for it: then nothing is kept or stored, and the caller routes m
+// all the same (the publisher is told 0x97 if it can be).
+func (srv *Server) retain(m *Message) bool {
 	// The stored copy is delivered later with RETAIN set, whatever the
 	// subscription's options; keep the flag on it.
-	srv.retained.set(m)
+	if !srv.retained.setWithin(m, srv.opts.MaxRetainedMessages, srv.opts.MaxRetainedBytes) {
+		srv.refused(limitRetained, "topic", m.Topic, "origin", m.Origin, "retained", srv.retained.len(),
+			"max_retained_messages", srv.opts.MaxRetainedMessages, "max_retained_bytes", srv.opts.MaxRetainedBytes)
+		return false
+	}
 	if st := srv.opts.Store; st != nil {
 		srv.storeErr("save retained", m.Topic, st.SaveRetained(m))
 	}
+	return true
 }
 
 // removeExpired drops retained messages whose expiry has passed and returns them.

@@ -43,8 +43,9 @@ type Server struct {
 	scratch sync.Pool // *scratch
 	outPubs sync.Pool // *packet.Publish
 
-	connLog logLimiter // rate limit of per-connection log records
-	probe   prober     // liveness probes (Probe)
+	connLog logLimiter    // rate limit of per-connection log records
+	limits  limitCounters // refusals by the limits (limits.go)
+	probe   prober        // liveness probes (Probe)
 
 	parker *parker // nil when idle connections are not parked
 	syncer *syncer // nil without a Store
@@ -130,9 +131,12 @@ func (s *Server) Serve(l net.Listener) error {
 		}
 		backoff = 0
 		c := newConn(s, nc)
-		if !s.track(c) {
+		if err := s.track(c); err != nil {
 			nc.Close()
-			return ErrServerClosed
+			if err == ErrServerClosed {
+				return err
+			}
+			continue // over MaxConnections and its headroom
 		}
 		go c.serve()
 	}
@@ -162,25 +166,37 @@ func TemporaryAcceptError(err error) bool {
 // when it ends.
 func (s *Server) ServeConn(nc net.Conn) {
 	c := newConn(s, nc)
-	if !s.track(c) {
+	if s.track(c) != nil {
 		nc.Close()
 		return
 	}
 	c.serve()
 }
 
-// track registers a new connection, unless the server is shutting down.
-// Shutdown reaches every connection through this set, including those that
-// have not sent CONNECT yet.
-func (s *Server) track(c *conn) bool {
+// errAcceptLimit refuses a connection at accept: MaxConnections and its
+// headroom are open (see Options.MaxConnections).
+var errAcceptLimit = errors.New("broker: too many connections open")
+
+// track registers a new connection, unless the server is shutting down
+// (ErrServerClosed) or has too many connections open already
+// (errAcceptLimit). Shutdown reaches every connection through this set,
+// including those that have not sent CONNECT yet.
+func (s *Server) track(c *conn) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed.Load() {
-		return false
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	if s.overAcceptLimitLocked() {
+		open := len(s.live)
+		s.mu.Unlock()
+		s.refused(limitAccept, "addr", addrString(c.nc.RemoteAddr()), "open", open)
+		return errAcceptLimit
 	}
 	s.conns.Add(1)
 	s.live[c] = struct{}{}
-	return true
+	s.mu.Unlock()
+	return nil
 }
 
 func (s *Server) untrack(c *conn) {

@@ -76,6 +76,9 @@ func (c *conn) handleSubscribe(body []byte) error {
 		case !opts.Auth.CanSubscribe(c.info, filter):
 			reply.reasons = append(reply.reasons, packet.NotAuthorized)
 			continue
+		case c.atSubscriptionLimit(filter):
+			reply.reasons = append(reply.reasons, packet.QuotaExceeded) // 3.1.1: 0x80
+			continue
 		}
 		sub := &subscription{
 			sess:              c.sess,
