@@ -187,6 +187,38 @@ type MQTT struct {
 	// connection is dropped. Default 30s.
 	WriteTimeout Duration `yaml:"write_timeout"`
 
+	// MaxConnections bounds the clients connected at once over every
+	// listener; a CONNECT beyond it gets CONNACK 0x97 (3.1.1: 0x03).
+	// Default 2048; Unlimited for none. Each listener has its own bound
+	// too (listeners[].max_connections).
+	MaxConnections Limit `yaml:"max_connections"`
+
+	// MaxPublishRate is the PUBLISH packets per second one connection may
+	// send, sustained: a v5 client over it is disconnected (0x96), a 3.1.1
+	// client is slowed down. Default Unlimited.
+	MaxPublishRate Limit `yaml:"max_publish_rate"`
+
+	// PublishBurst is how many PUBLISH packets a connection may send at
+	// once above MaxPublishRate. Default (0): MaxPublishRate, one second's
+	// worth.
+	PublishBurst Limit `yaml:"publish_burst"`
+
+	// MaxSubscriptionsPerClient bounds one session's subscriptions; more
+	// are refused in the SUBACK with 0x97 (3.1.1: 0x80). Default 1000;
+	// Unlimited for none.
+	MaxSubscriptionsPerClient Limit `yaml:"max_subscriptions_per_client"`
+
+	// MaxRetainedMessages and MaxRetainedBytes bound the retained messages
+	// kept; one more is routed but not retained (v5 PUBACK 0x97). Defaults
+	// 100,000 and 64 MiB; Unlimited for none.
+	MaxRetainedMessages Limit `yaml:"max_retained_messages"`
+	MaxRetainedBytes    Size  `yaml:"max_retained_bytes"`
+
+	// MaxSessions bounds the sessions kept, connected or not; a CONNECT
+	// that would create a new persistent session beyond it gets CONNACK
+	// 0x97 (3.1.1: 0x03). Default 10,000; Unlimited for none.
+	MaxSessions Limit `yaml:"max_sessions"`
+
 	// RetainAvailable allows retained messages. Nil means true.
 	RetainAvailable *bool `yaml:"retain_available"`
 
@@ -361,28 +393,34 @@ func Default() *Config {
 		LogLevel:  DefaultLogLevel,
 		LogFormat: DefaultLogFormat,
 		MQTT: MQTT{
-			Listen:                  new(DefaultMQTTListen),
-			MaxPacketSize:           broker.DefaultMaxPacketSize,
-			ReceiveMaximum:          broker.DefaultReceiveMaximum,
-			TopicAliasMaximum:       new(Limit(broker.DefaultTopicAliasMaximum)),
-			MaxKeepAlive:            Unlimited,
-			MaxSessionExpiry:        Unlimited,
-			MaxQueuedMessages:       broker.DefaultMaxQueuedMessages,
-			MaxQueuedTotal:          broker.DefaultMaxQueuedTotal,
-			MaxPendingBytes:         broker.DefaultMaxPendingBytes,
-			MaxPendingBytesTotal:    broker.DefaultMaxPendingTotal,
-			MaxClientIDLength:       broker.DefaultMaxClientIDLength,
-			MaxTopicLevels:          broker.DefaultMaxTopicLevels,
-			MaxTopicLength:          broker.DefaultMaxTopicLength,
-			PartialPacketTimeout:    Duration(broker.DefaultPartialPacketTime),
-			ConnectTimeout:          Duration(broker.DefaultConnectTimeout),
-			WriteTimeout:            Duration(broker.DefaultWriteTimeout),
-			RetainAvailable:         new(true),
-			WildcardSubscriptions:   new(true),
-			SubscriptionIdentifiers: new(true),
-			SharedSubscriptions:     new(true),
-			Overload:                broker.OverloadBackpressure,
-			SysInterval:             new(Duration(DefaultSysInterval)),
+			Listen:                    new(DefaultMQTTListen),
+			MaxPacketSize:             broker.DefaultMaxPacketSize,
+			ReceiveMaximum:            broker.DefaultReceiveMaximum,
+			TopicAliasMaximum:         new(Limit(broker.DefaultTopicAliasMaximum)),
+			MaxKeepAlive:              Unlimited,
+			MaxSessionExpiry:          Unlimited,
+			MaxQueuedMessages:         broker.DefaultMaxQueuedMessages,
+			MaxQueuedTotal:            broker.DefaultMaxQueuedTotal,
+			MaxPendingBytes:           broker.DefaultMaxPendingBytes,
+			MaxPendingBytesTotal:      broker.DefaultMaxPendingTotal,
+			MaxClientIDLength:         broker.DefaultMaxClientIDLength,
+			MaxTopicLevels:            broker.DefaultMaxTopicLevels,
+			MaxTopicLength:            broker.DefaultMaxTopicLength,
+			PartialPacketTimeout:      Duration(broker.DefaultPartialPacketTime),
+			ConnectTimeout:            Duration(broker.DefaultConnectTimeout),
+			WriteTimeout:              Duration(broker.DefaultWriteTimeout),
+			MaxConnections:            broker.DefaultMaxConnections,
+			MaxPublishRate:            Unlimited,
+			MaxSubscriptionsPerClient: broker.DefaultMaxSubscriptionsPerClient,
+			MaxRetainedMessages:       broker.DefaultMaxRetainedMessages,
+			MaxRetainedBytes:          broker.DefaultMaxRetainedBytes,
+			MaxSessions:               broker.DefaultMaxSessions,
+			RetainAvailable:           new(true),
+			WildcardSubscriptions:     new(true),
+			SubscriptionIdentifiers:   new(true),
+			SharedSubscriptions:       new(true),
+			Overload:                  broker.OverloadBackpressure,
+			SysInterval:               new(Duration(DefaultSysInterval)),
 		},
 		HTTP:                HTTP{Listen: new(DefaultHTTPListen)},
 		SharedSubscriptions: SharedSubscriptions{Strategy: DefaultStrategy},
@@ -464,27 +502,34 @@ func (c *Config) BrokerOptions() broker.Options {
 	e := c.WithDefaults()
 	m := &e.MQTT
 	o := broker.Options{
-		MaxPacketSize:        int(m.MaxPacketSize),
-		ReceiveMaximum:       uint16(m.ReceiveMaximum),
-		TopicAliasMaximum:    int(*m.TopicAliasMaximum),
-		MaxKeepAlive:         uncapped(m.MaxKeepAlive),
-		MaxSessionExpiry:     uncapped(m.MaxSessionExpiry),
-		MaxQueuedMessages:    int(m.MaxQueuedMessages),
-		MaxQueuedTotal:       int(m.MaxQueuedTotal),
-		QueueQoS0:            m.QueueQoS0Messages,
-		MaxPendingBytes:      int(m.MaxPendingBytes),
-		MaxPendingBytesTotal: int(m.MaxPendingBytesTotal),
-		MaxClientIDLength:    int(m.MaxClientIDLength),
-		MaxTopicLevels:       int(m.MaxTopicLevels),
-		MaxTopicLength:       int(m.MaxTopicLength),
-		PartialPacketTimeout: time.Duration(m.PartialPacketTimeout),
-		ConnectTimeout:       time.Duration(m.ConnectTimeout),
-		WriteTimeout:         time.Duration(m.WriteTimeout),
-		DisableRetain:        !*m.RetainAvailable,
-		DisableWildcardSubs:  !*m.WildcardSubscriptions,
-		DisableSubIDs:        !*m.SubscriptionIdentifiers,
-		DisableSharedSubs:    !*m.SharedSubscriptions,
-		Overload:             string(m.Overload),
+		MaxPacketSize:             int(m.MaxPacketSize),
+		ReceiveMaximum:            uint16(m.ReceiveMaximum),
+		TopicAliasMaximum:         int(*m.TopicAliasMaximum),
+		MaxKeepAlive:              uncapped(m.MaxKeepAlive),
+		MaxSessionExpiry:          uncapped(m.MaxSessionExpiry),
+		MaxQueuedMessages:         int(m.MaxQueuedMessages),
+		MaxQueuedTotal:            int(m.MaxQueuedTotal),
+		QueueQoS0:                 m.QueueQoS0Messages,
+		MaxPendingBytes:           int(m.MaxPendingBytes),
+		MaxPendingBytesTotal:      int(m.MaxPendingBytesTotal),
+		MaxClientIDLength:         int(m.MaxClientIDLength),
+		MaxTopicLevels:            int(m.MaxTopicLevels),
+		MaxTopicLength:            int(m.MaxTopicLength),
+		PartialPacketTimeout:      time.Duration(m.PartialPacketTimeout),
+		ConnectTimeout:            time.Duration(m.ConnectTimeout),
+		WriteTimeout:              time.Duration(m.WriteTimeout),
+		MaxConnections:            int(m.MaxConnections),
+		MaxPublishRate:            int(max(m.MaxPublishRate, 0)), // broker: 0 is no limit
+		PublishBurst:              int(m.PublishBurst),
+		MaxSubscriptionsPerClient: int(m.MaxSubscriptionsPerClient),
+		MaxRetainedMessages:       int(m.MaxRetainedMessages),
+		MaxRetainedBytes:          int(m.MaxRetainedBytes),
+		MaxSessions:               int(m.MaxSessions),
+		DisableRetain:             !*m.RetainAvailable,
+		DisableWildcardSubs:       !*m.WildcardSubscriptions,
+		DisableSubIDs:             !*m.SubscriptionIdentifiers,
+		DisableSharedSubs:         !*m.SharedSubscriptions,
+		Overload:                  string(m.Overload),
 		Shares: broker.ShareOptions{
 			Strategy: string(e.SharedSubscriptions.Strategy),
 			Overload: string(e.SharedSubscriptions.Overload),

@@ -72,6 +72,14 @@ func (c *Config) Validate() error {
 	limit(&v, "mqtt.connect_timeout", m.ConnectTimeout, dm.ConnectTimeout, bounds[Duration]{minTimeout, 0, false})
 	limit(&v, "mqtt.write_timeout", m.WriteTimeout, dm.WriteTimeout, bounds[Duration]{minTimeout, 0, false})
 
+	limit(&v, "mqtt.max_connections", m.MaxConnections, dm.MaxConnections, bounds[Limit]{1, 0, true})
+	limit(&v, "mqtt.max_publish_rate", m.MaxPublishRate, dm.MaxPublishRate, bounds[Limit]{1, 0, true})
+	v.burst(m.PublishBurst, e.MQTT.MaxPublishRate)
+	limit(&v, "mqtt.max_subscriptions_per_client", m.MaxSubscriptionsPerClient, dm.MaxSubscriptionsPerClient, bounds[Limit]{1, 0, true})
+	limit(&v, "mqtt.max_retained_messages", m.MaxRetainedMessages, dm.MaxRetainedMessages, bounds[Limit]{1, 0, true})
+	limit(&v, "mqtt.max_retained_bytes", m.MaxRetainedBytes, dm.MaxRetainedBytes, bounds[Size]{1, 0, true})
+	limit(&v, "mqtt.max_sessions", m.MaxSessions, dm.MaxSessions, bounds[Limit]{1, 0, true})
+
 	v.check("mqtt.overload", m.Overload.check())
 	if m.SysInterval != nil && *m.SysInterval != 0 {
 		// 0 turns $SYS off, as in Mosquitto.
@@ -240,6 +248,20 @@ func (v *validator) seconds(key string, d, def, hi Duration) {
 	limit(v, key, d, def, bounds[Duration]{Duration(time.Second), hi, true})
 	if d > 0 && d%Duration(time.Second) != 0 {
 		v.fail(key, fmt.Errorf("%v is not a whole number of seconds", d))
+	}
+}
+
+// burst checks mqtt.publish_burst, whose default is the rate: 1 or more,
+// and only with a rate to apply it to.
+func (v *validator) burst(b, rate Limit) {
+	const key = "mqtt.publish_burst"
+	switch {
+	case b == 0 && v.src.has(key):
+		v.fail(key, errors.New("0 is not allowed (1 or more); leave the key out for the default (mqtt.max_publish_rate, one second's worth)"))
+	case b < 0:
+		v.fail(key, errors.New("cannot be unlimited (1 or more): write unlimited in mqtt.max_publish_rate for no rate limit"))
+	case b > 0 && rate < 0:
+		v.fail(key, errors.New("has no effect while mqtt.max_publish_rate is unlimited: set the rate too, or leave this key out"))
 	}
 }
 
