@@ -5,9 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
+	"math/rand/v2"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -871,6 +875,429 @@ func TestAcksKeepPublishOrder(t *testing.T) {
 	for i, pid := range got {
 		if pid != uint16(i+1) {
 			t.Fatalf("PUBACKs in the order %v, want 1..16", got)
+		}
+	}
+}
+
+// hostileOutcome is what the broker answered to one hostile sequence, as
+// "DISCONNECT 0x81", "CONNACK 0x97", "SUBACK 0x97", "closed" (a close with
+// no reason code, as for 3.1.1) or "ok" (everything answered as asked).
+type hostileTally struct {
+	mu         sync.Mutex
+	byKind     map[string]int // sequences per kind
+	byOutcome  map[string]int // answers per outcome
+	unexpected map[string]int // "kind: outcome" not in the kind's allowed set
+	conns      atomic.Int64   // connections opened
+	closes     atomic.Int64   // connections the broker ended
+	longEnded  atomic.Int64   // of them, long-lived connections
+}
+
+func (h *hostileTally) add(kind, outcome string, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.byKind[kind]++
+	h.byOutcome[outcome]++
+	if !ok {
+		h.unexpected[kind+": "+outcome]++
+	}
+}
+
+// hostileKind is one kind of abusive sequence. Fatal kinds run on a fresh
+// connection, which the client half-closes after its bytes so that the
+// broker always reaches the end of them; the others run on a long-lived
+// connection and must leave it usable.
+type hostileKind struct {
+	name  string
+	fatal bool
+	// bytes returns what the client sends (after its CONNECT, unless
+	// raw), for a client of version v; seq numbers it.
+	bytes func(rng *rand.Rand, v packet.Version, seq int) []byte
+	raw   bool // no CONNECT first
+	// allowed are the outcomes that are right for this kind.
+	allowed []string
+}
+
+// hostileKinds are the sequences of TestHostileRun. Reason codes are the
+// ones docs/mqtt.md promises.
+var hostileKinds = []hostileKind{
+	{name: "garbage", fatal: true, raw: true, allowed: []string{"closed", "CONNACK 0x01", "CONNACK 0x81", "CONNACK 0x82", "CONNACK 0x95"},
+		bytes: func(rng *rand.Rand, _ packet.Version, _ int) []byte {
+			b := make([]byte, 1+rng.IntN(64))
+			for i := range b {
+				b[i] = byte(rng.Uint32())
+			}
+			return b
+		}},
+	{name: "garbage after CONNECT", fatal: true, allowed: []string{"closed", "DISCONNECT 0x81", "DISCONNECT 0x82", "DISCONNECT 0x95", "DISCONNECT 0x90", "DISCONNECT 0x94"},
+		bytes: func(rng *rand.Rand, _ packet.Version, _ int) []byte {
+			b := make([]byte, 1+rng.IntN(64))
+			for i := range b {
+				b[i] = byte(rng.Uint32())
+			}
+			return b
+		}},
+	{name: "truncated packet", fatal: true, allowed: []string{"closed"},
+		bytes: func(rng *rand.Rand, v packet.Version, _ int) []byte {
+			b := (&packet.Publish{Topic: []byte("h/trunc"), QoS: 1, PacketID: 1, Payload: make([]byte, 200)}).Append(nil, v)
+			return b[:1+rng.IntN(len(b)-1)]
+		}},
+	{name: "bad remaining length", fatal: true, allowed: []string{"closed", "DISCONNECT 0x81"},
+		bytes: func(*rand.Rand, packet.Version, int) []byte { return []byte{0x30, 0xFF, 0xFF, 0xFF, 0xFF, 0x01} }},
+	{name: "oversized remaining length", fatal: true, allowed: []string{"closed", "DISCONNECT 0x95"},
+		bytes: func(*rand.Rand, packet.Version, int) []byte { return []byte{0x30, 0xFF, 0xFF, 0xFF, 0x7F} }},
+	{name: "invalid UTF-8 topic", fatal: true, allowed: []string{"closed", "DISCONNECT 0x81"},
+		bytes: func(_ *rand.Rand, v packet.Version, _ int) []byte {
+			return (&packet.Publish{Topic: []byte{'h', '/', 0xC3, 0x28}, Payload: []byte("x")}).Append(nil, v)
+		}},
+	{name: "wildcard topic name", fatal: true, allowed: []string{"closed", "DISCONNECT 0x90"},
+		bytes: func(_ *rand.Rand, v packet.Version, _ int) []byte {
+			return (&packet.Publish{Topic: []byte("h/+/x"), Payload: []byte("x")}).Append(nil, v)
+		}},
+	{name: "QoS 3", fatal: true, allowed: []string{"closed", "DISCONNECT 0x81"},
+		bytes: func(_ *rand.Rand, v packet.Version, _ int) []byte {
+			b := (&packet.Publish{Topic: []byte("h/q"), QoS: 1, PacketID: 1}).Append(nil, v)
+			b[0] |= 0x06
+			return b
+		}},
+	{name: "second CONNECT", fatal: true, allowed: []string{"closed", "DISCONNECT 0x82"},
+		bytes: func(_ *rand.Rand, v packet.Version, seq int) []byte {
+			return (&packet.Connect{Version: v, ProtocolName: []byte("MQTT"), ClientID: fmt.Appendf(nil, "again-%d", seq), CleanStart: true}).Append(nil)
+		}},
+	{name: "topic alias abuse", fatal: true, allowed: []string{"closed", "DISCONNECT 0x94", "DISCONNECT 0x82", "DISCONNECT 0x81"},
+		bytes: func(rng *rand.Rand, v packet.Version, _ int) []byte {
+			p := packet.Publish{Topic: []byte("h/alias"), Payload: []byte("x")}
+			p.Props.Set(packet.PropTopicAlias)
+			switch rng.IntN(3) {
+			case 0:
+				p.Props.TopicAlias = 0 // never valid [MQTT-3.3.2-8]
+			case 1:
+				p.Props.TopicAlias = 60000 // above the maximum
+			default:
+				p.Topic, p.Props.TopicAlias = nil, 7 // never mapped
+			}
+			return p.Append(nil, v)
+		}},
+	{name: "publish flood over the rate", fatal: true, allowed: []string{"closed", "DISCONNECT 0x96"},
+		bytes: func(_ *rand.Rand, v packet.Version, _ int) []byte {
+			var b []byte
+			for range 2 * hostileBurst {
+				b = (&packet.Publish{Topic: []byte("h/flood"), Payload: []byte("x")}).Append(b, v)
+			}
+			if v < packet.V5 {
+				// 3.1.1 clients are paused, not refused: 20 over the
+				// burst cost them 20 ms.
+				return b[:len(b)*(hostileBurst+20)/(2*hostileBurst)]
+			}
+			return b
+		}},
+	{name: "takeover storm", fatal: true, allowed: []string{"closed", "DISCONNECT 0x8e"}, raw: true,
+		bytes: func(_ *rand.Rand, v packet.Version, _ int) []byte {
+			return (&packet.Connect{Version: v, ProtocolName: []byte("MQTT"), ClientID: []byte("hostile-storm"), CleanStart: true}).Append(nil)
+		}},
+
+	// On a long-lived connection.
+	{name: "PUBREL for an unknown id", allowed: []string{"ok"},
+		bytes: func(rng *rand.Rand, v packet.Version, _ int) []byte {
+			return (&packet.Ack{Type: packet.PUBREL, PacketID: uint16(1 + rng.IntN(60000))}).Append(nil, v)
+		}},
+	{name: "QoS 2 packet id reuse", allowed: []string{"ok"},
+		bytes: func(rng *rand.Rand, v packet.Version, _ int) []byte {
+			pid := uint16(1 + rng.IntN(60000))
+			p := packet.Publish{Topic: []byte("h/q2"), QoS: 2, PacketID: pid, Payload: []byte("x")}
+			b := p.Append(nil, v)
+			p.Dup = true
+			b = p.Append(b, v) // the same id again before PUBREL: a resend
+			b = (&packet.Ack{Type: packet.PUBREL, PacketID: pid}).Append(b, v)
+			return (&packet.Ack{Type: packet.PUBREL, PacketID: pid}).Append(b, v) // released twice
+		}},
+	{name: "QoS 1 packet id reuse", allowed: []string{"ok"},
+		bytes: func(_ *rand.Rand, v packet.Version, _ int) []byte {
+			p := packet.Publish{Topic: []byte("h/q1"), QoS: 1, PacketID: 9, Payload: []byte("x")}
+			return p.Append(p.Append(nil, v), v)
+		}},
+	{name: "subscription flood", allowed: []string{"ok"},
+		bytes: func(rng *rand.Rand, v packet.Version, seq int) []byte {
+			s := packet.Subscribe{PacketID: uint16(1 + seq%60000)}
+			for i := range 20 {
+				f := fmt.Appendf(nil, "hs/%d/%d", seq, i)
+				switch rng.IntN(8) {
+				case 0:
+					f = []byte("hs/#/bad")
+				case 1:
+					f = bytes.Repeat([]byte("a/"), 200) // deeper than max_topic_levels
+				}
+				s.Subs = append(s.Subs, packet.Subscription{Filter: f, QoS: byte(rng.IntN(3))})
+			}
+			return s.Append(nil, v)
+		}},
+	{name: "unsubscribe unknown", allowed: []string{"ok"},
+		bytes: func(_ *rand.Rand, v packet.Version, seq int) []byte {
+			return (&packet.Unsubscribe{PacketID: uint16(1 + seq%60000), Filters: [][]byte{fmt.Appendf(nil, "hu/%d", seq)}}).Append(nil, v)
+		}},
+	{name: "retained flood", allowed: []string{"ok"},
+		bytes: func(rng *rand.Rand, v packet.Version, seq int) []byte {
+			p := packet.Publish{Topic: fmt.Appendf(nil, "hr/%d", rng.IntN(4*hostileRetained)), QoS: 1, PacketID: uint16(1 + seq%60000), Retain: true, Payload: []byte("r")}
+			if rng.IntN(4) == 0 {
+				p.Payload = nil // clearing is always allowed
+			}
+			return p.Append(nil, v)
+		}},
+}
+
+// Limits of TestHostileRun's broker, low enough for the run to hit them.
+const (
+	hostileRate      = 1000
+	hostileBurst     = 100
+	hostileRetained  = 100
+	hostileSubsLimit = 50
+)
+
+// hostileAnswers reads what the broker sends until want answers to a
+// long-lived connection's sequence arrived (PUBACK, PUBREC, PUBCOMP,
+// SUBACK, UNSUBACK; PUBLISHes are skipped) or the connection ended, and
+// returns the outcome. A PUBREC gets its PUBREL from the sequence itself.
+func hostileAnswers(c *brokertest.Client, want int, codes map[string]int) (string, error) {
+	for got := 0; got < want; {
+		h, body, err := c.Read(10 * time.Second)
+		if err != nil {
+			return "closed", err
+		}
+		switch h.Type {
+		case packet.PUBLISH:
+			continue
+		case packet.DISCONNECT:
+			var d packet.Disconnect
+			d.Decode(c.Version, body)
+			return fmt.Sprintf("DISCONNECT %#02x", byte(d.Reason)), io.EOF
+		case packet.SUBACK:
+			var s packet.Suback
+			s.Decode(c.Version, body)
+			for _, rc := range s.Reasons {
+				codes[fmt.Sprintf("SUBACK %#02x", byte(rc))]++
+			}
+		case packet.PUBACK, packet.PUBREC, packet.PUBCOMP, packet.UNSUBACK:
+			if h.Type == packet.UNSUBACK {
+				var u packet.Unsuback
+				u.Decode(c.Version, body)
+				for _, rc := range u.Reasons {
+					codes[fmt.Sprintf("UNSUBACK %#02x", byte(rc))]++
+				}
+				break
+			}
+			var a packet.Ack
+			a.Decode(c.Version, h.Type, body)
+			codes[fmt.Sprintf("%v %#02x", h.Type, byte(a.Reason))]++
+		default:
+			return fmt.Sprintf("unexpected %v", h.Type), nil
+		}
+		got++
+	}
+	return "ok", nil
+}
+
+// hostileExpected is how many answers a long-lived connection's sequence
+// gets.
+var hostileExpected = map[string]int{
+	"PUBREL for an unknown id": 1, // PUBCOMP 0x92 (3.1.1: PUBCOMP)
+	"QoS 2 packet id reuse":    4, // PUBREC, PUBREC, PUBCOMP, PUBCOMP 0x92
+	"QoS 1 packet id reuse":    2,
+	"subscription flood":       1,
+	"unsubscribe unknown":      1, // UNSUBACK 0x11
+	"retained flood":           1, // PUBACK, 0x97 past the limits
+}
+
+// TestHostileRun is issue 13's hostile-client run: 100,000 malformed or
+// abusive packet sequences (10,000 with -short) from concurrent clients
+// against a running broker over loopback TCP, while a well-behaved pair
+// keeps publishing and receiving. Every sequence must get an answer
+// docs/mqtt.md promises for it; the broker must end alive, the pair's
+// traffic intact, and the goroutines and heap back where they started.
+func TestHostileRun(t *testing.T) {
+	total := 100_000
+	if testing.Short() {
+		total = 10_000
+	}
+	const workers = 8
+	srv, addr := brokertest.RunServer(t, broker.Options{
+		MaxPublishRate: hostileRate, PublishBurst: hostileBurst,
+		MaxRetainedMessages: hostileRetained, MaxSubscriptionsPerClient: hostileSubsLimit,
+		PartialPacketTimeout: 2 * time.Second,
+	})
+	pair := newRobustPair(t, addr, "hostile", packet.V5, 60)
+	pair.check(t)
+	base := robustSnapshot()
+
+	tally := &hostileTally{byKind: map[string]int{}, byOutcome: map[string]int{}, unexpected: map[string]int{}}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 13))
+			codes := map[string]int{}
+			defer func() {
+				tally.mu.Lock()
+				for k, n := range codes {
+					tally.byOutcome[k] += n
+				}
+				tally.mu.Unlock()
+			}()
+			var long *brokertest.Client // the long-lived connection
+			defer func() {
+				if long != nil {
+					long.Conn.Close()
+				}
+			}()
+			for {
+				seq := int(next.Add(1))
+				if seq > total {
+					return
+				}
+				k := &hostileKinds[seq%len(hostileKinds)]
+				v := packet.V5
+				if rng.IntN(3) == 0 {
+					v = packet.V311
+				}
+				if k.fatal {
+					outcome := hostileFatal(addr, k, rng, v, seq, tally)
+					tally.add(k.name, outcome, slices.Contains(k.allowed, outcome))
+					continue
+				}
+				if long == nil {
+					lv := packet.V5
+					if w%2 == 1 {
+						lv = packet.V311
+					}
+					nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+					if err != nil {
+						t.Errorf("worker %d: %v", w, err)
+						return
+					}
+					tally.conns.Add(1)
+					long = &brokertest.Client{Conn: nc, Version: lv}
+					nc.Write((&packet.Connect{Version: lv, ProtocolName: []byte("MQTT"), ClientID: fmt.Appendf(nil, "hostile-long-%d", w), CleanStart: true, KeepAlive: 60}).Append(nil))
+					if h, _, err := long.Read(10 * time.Second); err != nil || h.Type != packet.CONNACK {
+						t.Errorf("worker %d: no CONNACK: %v %v", w, h.Type, err)
+						return
+					}
+				}
+				long.Conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+				if _, err := long.Conn.Write(k.bytes(rng, long.Version, seq)); err != nil {
+					tally.add(k.name, "write failed", false)
+					long.Conn.Close()
+					long = nil
+					continue
+				}
+				outcome, err := hostileAnswers(long, hostileExpected[k.name], codes)
+				tally.add(k.name, outcome, slices.Contains(k.allowed, outcome))
+				if err != nil {
+					tally.closes.Add(1)
+					tally.longEnded.Add(1)
+					long.Conn.Close()
+					long = nil
+				}
+			}
+		}()
+	}
+	// The pair keeps its traffic going meanwhile.
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	checks := 0
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		case <-time.After(20 * time.Millisecond):
+		}
+		pair.check(t)
+		checks++
+	}
+	took := time.Since(start)
+	for range 10 {
+		pair.check(t) // and after
+	}
+
+	tally.mu.Lock()
+	t.Logf("%d sequences in %v over %d connections; the broker ended %d of them (%d long-lived ones); the pair exchanged %d messages meanwhile, all delivered",
+		total, took.Round(time.Millisecond), tally.conns.Load(), tally.closes.Load(), tally.longEnded.Load(), checks+10)
+	for _, k := range hostileKinds {
+		t.Logf("  %-28s %d", k.name, tally.byKind[k.name])
+	}
+	outcomes := slices.Sorted(maps.Keys(tally.byOutcome))
+	for _, o := range outcomes {
+		t.Logf("  answer %-24s %d", o, tally.byOutcome[o])
+	}
+	for u, n := range tally.unexpected {
+		t.Errorf("unexpected answer %s (%d times)", u, n)
+	}
+	tally.mu.Unlock()
+	ls := srv.LimitStats()
+	st := srv.Stats()
+	t.Logf("limits: %+v", ls)
+	t.Logf("broker: %d connected, %d sessions, %d retained, %d subscriptions, %d packets in", st.ClientsConnected, st.Sessions, st.Retained, st.Subscriptions, st.PacketsIn)
+	if ls.RateDisconnects == 0 || ls.RatePauses == 0 || ls.RefusedRetained == 0 || ls.RefusedSubscriptions == 0 {
+		t.Errorf("a limit was never reached: %+v", ls)
+	}
+	if st.Retained > hostileRetained {
+		t.Errorf("%d retained messages kept, over the limit of %d", st.Retained, hostileRetained)
+	}
+
+	brokertest.Eventually(t, 15*time.Second, "only the pair connected", func() bool {
+		st := srv.Stats()
+		return st.ClientsConnected == 2 && st.Sessions == 2
+	})
+	after := robustWaitSettled(t, base, 4, 16<<20, 30*time.Second)
+	t.Logf("goroutines %d -> %d, heap in use %.1f -> %.1f MiB", base.goroutines, after.goroutines,
+		float64(base.heapInuse)/(1<<20), float64(after.heapInuse)/(1<<20))
+}
+
+// hostileFatal runs one fatal sequence on a fresh connection: CONNECT
+// (unless the kind is raw), the kind's bytes, a half-close; then it reads
+// until the broker closes, and returns the outcome.
+func hostileFatal(addr string, k *hostileKind, rng *rand.Rand, v packet.Version, seq int, tally *hostileTally) string {
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return "dial failed: " + err.Error()
+	}
+	defer nc.Close()
+	tally.conns.Add(1)
+	var b []byte
+	if !k.raw {
+		b = (&packet.Connect{Version: v, ProtocolName: []byte("MQTT"), ClientID: fmt.Appendf(nil, "hostile-%d", seq), CleanStart: true}).Append(nil)
+	}
+	b = append(b, k.bytes(rng, v, seq)...)
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := nc.Write(b); err != nil {
+		return "write failed"
+	}
+	nc.(*net.TCPConn).CloseWrite()
+	c := &brokertest.Client{Conn: nc, Version: v}
+	outcome := "closed"
+	for {
+		h, body, err := c.Read(10 * time.Second)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return "not closed"
+			}
+			tally.closes.Add(1)
+			return outcome
+		}
+		switch h.Type {
+		case packet.CONNACK:
+			var a packet.Connack
+			if a.Decode(v, body) == nil && a.Reason != 0 {
+				outcome = fmt.Sprintf("CONNACK %#02x", byte(a.Reason))
+				if v < packet.V5 && len(body) == 2 {
+					outcome = fmt.Sprintf("CONNACK %#02x", body[1])
+				}
+			}
+		case packet.DISCONNECT:
+			var d packet.Disconnect
+			d.Decode(v, body)
+			outcome = fmt.Sprintf("DISCONNECT %#02x", byte(d.Reason))
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,6 +22,7 @@ import (
 	"github.com/linemq/linemq/gateway/config"
 	"github.com/linemq/linemq/gateway/health"
 	"github.com/linemq/linemq/gateway/peer"
+	"github.com/linemq/linemq/gateway/web"
 )
 
 // clustering is a gateway's part of its cluster (docs/cluster.md): an
@@ -30,6 +33,7 @@ type clustering struct {
 	cli    *clientv3.Client
 	node   *cluster.Node
 	mesh   *peer.Mesh
+	tr     *countingTransport // the mesh as the glue's transport, counting outcomes
 	ln     net.Listener
 	reg    *registry.Registry
 }
@@ -68,7 +72,8 @@ func openCluster(ctx context.Context, cfg *config.Config, dataDir string, log *s
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	c.node.SetTransport(cluster.NewMesh(c.mesh))
+	c.tr = &countingTransport{Transport: cluster.NewMesh(c.mesh)}
+	c.node.SetTransport(c.tr)
 	var lc net.ListenConfig
 	if c.ln, err = lc.Listen(ctx, "tcp", cc.Listen); err != nil {
 		return nil, fmt.Errorf("cluster.listen: %w", err)
@@ -135,4 +140,114 @@ func (c *clustering) close() error {
 		c.member.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// clusterMetrics returns the figures behind /metrics' linemq_cluster_*
+// families, or nil when the gateway is standalone.
+func (g *Gateway) clusterMetrics() func() web.ClusterStats {
+	if g.cluster == nil {
+		return nil
+	}
+	return g.cluster.stats
+}
+
+// stats gathers the registry's and the mesh's figures for web.
+func (c *clustering) stats() web.ClusterStats {
+	var out web.ClusterStats
+	if c.reg != nil {
+		st := c.reg.Stats()
+		out.Registry = web.RegistryStats{
+			State: st.State.String(), Revision: st.Revision,
+			Lag: st.Lag, LagMax: st.LagMax, LagSum: st.LagSum, LagCount: st.LagCount,
+			Resyncs: sub1(st.Loads), WatchLost: st.WatchLost, Compacted: st.Compacted,
+			Reregistrations: sub1(st.Leases),
+			Txns:            st.Txns, TxnOps: st.TxnOps, TxnErrors: st.TxnErrors, Queued: st.Queued,
+			Nodes: st.Nodes, Routes: st.Routes, Members: st.Members, Sessions: st.Sessions,
+		}
+	}
+	for _, p := range c.mesh.Stats() {
+		d := c.tr.counts(p.Node)
+		out.Peers = append(out.Peers, web.PeerStats{
+			Node: p.Node, Up: p.Connected, Available: p.Available,
+			Breaker: p.Breaker.String(), BreakerOpens: p.Opens,
+			RTT: p.RTT, RTTMax: p.RTTMax, PingTimeouts: p.PingTimeouts,
+			Streams: p.Streams, DialErrors: p.DialErrors, Queued: p.Queued, InFlight: p.InFlight,
+			SentFrames: p.SentFrames, SentRecords: p.SentRecords, SentBytes: p.SentBytes,
+			RecvFrames: p.RecvFrames, RecvRecords: p.RecvRecords, RecvBytes: p.RecvBytes,
+			Dropped: p.Dropped, Rejected: p.Rejected, Late: p.Late, LateAccepted: p.LateAccepted,
+			Deliveries: d.sent.Load(), Accepted: d.accepted.Load(), NotHere: d.notHere.Load(),
+			Timeouts: d.timeout.Load(), Broken: d.broken.Load(), Refused: d.refused.Load(),
+			RemoteErrors: d.remote.Load(),
+		})
+	}
+	return out
+}
+
+// sub1 turns a count that includes the first occurrence into the repeats.
+func sub1(n uint64) uint64 { return n - min(n, 1) }
+
+// countingTransport is the glue's transport with the outcome of every
+// directed delivery counted per peer, for /metrics. It embeds the
+// transport, so everything but Deliver and SetPeer passes straight
+// through.
+type countingTransport struct {
+	cluster.Transport
+
+	mu    sync.Mutex
+	peers map[string]*deliveryCounts // by node; dropped with the peer
+}
+
+// deliveryCounts are one peer's directed deliveries by outcome.
+type deliveryCounts struct {
+	sent, accepted, notHere, timeout, broken, refused, remote atomic.Uint64
+}
+
+// counts returns node's counters, made on first use.
+func (t *countingTransport) counts(node string) *deliveryCounts {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d := t.peers[node]
+	if d == nil {
+		if t.peers == nil {
+			t.peers = map[string]*deliveryCounts{}
+		}
+		d = &deliveryCounts{}
+		t.peers[node] = d
+	}
+	return d
+}
+
+// Deliver counts the delivery and its outcome.
+func (t *countingTransport) Deliver(to broker.RemoteMember, m *broker.Message, done func(error)) {
+	d := t.counts(to.Node)
+	d.sent.Add(1)
+	t.Transport.Deliver(to, m, func(err error) {
+		switch {
+		case err == nil:
+			d.accepted.Add(1)
+		case errors.Is(err, peer.ErrNotHere):
+			d.notHere.Add(1)
+		case errors.Is(err, peer.ErrTimeout):
+			d.timeout.Add(1)
+		case errors.Is(err, peer.ErrBroken):
+			d.broken.Add(1)
+		case errors.Is(err, peer.ErrUnknownPeer), errors.Is(err, peer.ErrUnavailable),
+			errors.Is(err, peer.ErrQueueFull), errors.Is(err, peer.ErrClosed):
+			d.refused.Add(1)
+		default:
+			d.remote.Add(1)
+		}
+		done(err)
+	})
+}
+
+// SetPeer forgets a departed peer's counters, so the series of nodes
+// that left do not accumulate.
+func (t *countingTransport) SetPeer(node, addr string) {
+	if addr == "" {
+		t.mu.Lock()
+		delete(t.peers, node)
+		t.mu.Unlock()
+	}
+	t.Transport.SetPeer(node, addr)
 }

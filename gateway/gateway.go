@@ -418,10 +418,11 @@ func (g *Gateway) newWeb(tracker *web.Tracker, version string) (*web.Server, err
 			}
 			return ss
 		},
-		Hardware:    func() any { return g.hwStatus() },
-		Cluster:     g.clusterStatus(),
-		SysInterval: sys,
-		Logger:      g.log.With("component", "web"),
+		Hardware:     func() any { return g.hwStatus() },
+		Cluster:      g.clusterStatus(),
+		ClusterStats: g.clusterMetrics(),
+		SysInterval:  sys,
+		Logger:       g.log.With("component", "web"),
 	})
 }
 

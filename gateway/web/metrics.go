@@ -15,6 +15,7 @@ import (
 func (s *Server) registerMetrics() error {
 	for _, c := range []prometheus.Collector{
 		newBrokerCollector(s),
+		newClusterCollector(s),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {

@@ -49,6 +49,10 @@ type Options struct {
 	// without changes here: the page renders any object as a list.
 	Cluster  func() any
 	Hardware func() any
+	// ClusterStats returns the registry's and the peer streams' figures
+	// for /metrics (the linemq_cluster_* families); nil on a standalone
+	// gateway, which then exports none of them.
+	ClusterStats func() ClusterStats
 
 	// SysInterval is how often $SYS/broker/... is published; 0 disables
 	// it.

@@ -264,3 +264,14 @@ func (m *mirror) groupKeys() []GroupKey {
 	})
 	return out
 }
+
+// sizes counts the copy's nodes, route keys, members and sessions.
+func (m *mirror) sizes() (nodes, routes, members, sessions int) {
+	for _, fs := range m.routes {
+		routes += len(fs)
+	}
+	for _, list := range m.groups {
+		members += len(list)
+	}
+	return len(m.nodes), routes, members, len(m.sessions)
+}

@@ -264,6 +264,9 @@ func (r *Registry) Stats() Stats {
 	r.qmu.Lock()
 	queued := len(r.queue)
 	r.qmu.Unlock()
+	r.mu.RLock()
+	nodes, routes, members, sessions := r.copy.sizes()
+	r.mu.RUnlock()
 	return Stats{
 		State:     st,
 		Revision:  r.Revision(),
@@ -279,6 +282,10 @@ func (r *Registry) Stats() Stats {
 		Loads:     r.stats.loads.Load(),
 		Compacted: r.stats.compacted.Load(),
 		WatchLost: r.stats.watchLost.Load(),
+		Nodes:     nodes,
+		Routes:    routes,
+		Members:   members,
+		Sessions:  sessions,
 	}
 }
 

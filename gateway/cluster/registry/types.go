@@ -189,6 +189,11 @@ type Stats struct {
 	Loads     uint64 // full reads of the registry (1 + re-reads)
 	Compacted uint64 // watches ended because the history they needed was compacted
 	WatchLost uint64 // watches given up as stalled, closed or cancelled
+
+	// The size of the copy: registered nodes (this one included), route
+	// keys (a node's filter with ordinary subscribers), share-group
+	// members and session ownership records, of every node.
+	Nodes, Routes, Members, Sessions int
 }
 
 // The values stored under the keys, as JSON so `etcdctl get` shows them

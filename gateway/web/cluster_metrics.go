@@ -1,0 +1,220 @@
+package web
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/linemq/linemq/broker"
+)
+
+// ClusterStats are a clustered gateway's figures for /metrics: its side of
+// the etcd registry and one entry per peer node. The gateway fills them
+// from gateway/cluster/registry and gateway/peer, so this package imports
+// neither.
+type ClusterStats struct {
+	Registry RegistryStats
+	Peers    []PeerStats // one per other node of the cluster, by name
+}
+
+// RegistryStats are the registry's figures (registry.Stats).
+type RegistryStats struct {
+	// State is "starting", "healthy", "degraded" or "closed".
+	State string
+	// Revision is the etcd revision the local copy reflects.
+	Revision int64
+	// Lag is the registry lag of this node's last write (sent to seen in
+	// its own watch), LagMax the largest; LagSum and LagCount cover every
+	// write measured.
+	Lag, LagMax, LagSum time.Duration
+	LagCount            uint64
+	// Resyncs counts full re-reads after the first load (a lost or
+	// compacted watch); WatchLost and Compacted why the watch ended.
+	Resyncs, WatchLost, Compacted uint64
+	// Reregistrations counts leases granted after the first: the node
+	// lost its lease while running and wrote all it holds again.
+	Reregistrations uint64
+	// Txns, TxnOps and TxnErrors count the registrar's transactions;
+	// Queued the writes waiting for it.
+	Txns, TxnOps, TxnErrors uint64
+	Queued                  int
+	// The local copy's size: nodes, route keys, share-group members and
+	// session ownership records, of every node.
+	Nodes, Routes, Members, Sessions int
+}
+
+// PeerStats are one peer node's stream figures (peer.PeerStats) and the
+// outcomes of the directed deliveries this node sent it.
+type PeerStats struct {
+	Node      string
+	Up        bool // a stream is established
+	Available bool // deliveries may be sent now (stream answered a ping, breaker closed)
+	// Breaker is "closed", "half-open" or "open".
+	Breaker      string
+	BreakerOpens uint64
+	RTT, RTTMax  time.Duration // last ping round trip, and the largest
+	PingTimeouts uint64
+	Streams      uint64 // streams established
+	DialErrors   uint64
+	Queued       int // records waiting for the writer
+	InFlight     int // directed deliveries awaiting an answer
+	SentFrames   uint64
+	SentRecords  uint64
+	SentBytes    uint64
+	RecvFrames   uint64
+	RecvRecords  uint64
+	RecvBytes    uint64
+	Dropped      uint64 // forwards lost in the queue when a stream ended
+	Rejected     uint64 // sends refused at once: unavailable, queue full
+	Late         uint64 // answers after their delivery had timed out
+	LateAccepted uint64 // ... that accepted it: duplicates
+	Deliveries   uint64 // directed deliveries handed to the stream
+	Accepted     uint64 // ... accepted by the peer
+	NotHere      uint64 // ... answered "not here"
+	Timeouts     uint64 // ... unanswered in time
+	Broken       uint64 // ... whose stream ended first
+	Refused      uint64 // ... refused at once (peer unknown or unavailable, queue full)
+	RemoteErrors uint64 // ... the peer had the client but could not take it
+}
+
+// breakerValues are the linemq_cluster_peer_breaker_state values.
+var breakerValues = map[string]float64{"closed": 0, "half-open": 1, "open": 2}
+
+// registryStates are the states linemq_cluster_registry_state sets.
+var registryStates = []string{"starting", "healthy", "degraded", "closed"}
+
+// clusterCollector exports ClusterStats and the broker's cluster counters,
+// read at scrape time. Its series are bounded by the cluster's size (3 to
+// 5 nodes): one label, peer, names another node.
+type clusterCollector struct {
+	s *Server
+
+	brokerScalars []scalar
+	regState      metric
+	registry      []regScalar
+	peers         []peerScalar
+	deliveries    metric
+}
+
+type regScalar struct {
+	metric
+	value func(r *RegistryStats) float64
+}
+
+type peerScalar struct {
+	metric
+	value func(p *PeerStats) float64
+}
+
+func newClusterCollector(s *Server) *clusterCollector {
+	c := &clusterCollector{s: s}
+	bs := func(name, help string, f func(*broker.Stats) float64) {
+		c.brokerScalars = append(c.brokerScalars, scalar{newMetric("cluster_"+name, help, counter), f})
+	}
+	bs("forwards_total", "Messages forwarded to other nodes' ordinary subscribers (one per node).", func(s *broker.Stats) float64 { return float64(s.ClusterForwards) })
+	bs("delivers_total", "Directed deliveries to share-group members on other nodes.", func(s *broker.Stats) float64 { return float64(s.ClusterDelivers) })
+	bs("repicks_total", "Directed deliveries that failed (not here, timeout, broken) and were picked again.", func(s *broker.Stats) float64 { return float64(s.ClusterRepicks) })
+	bs("not_here_total", "Directed deliveries from other nodes for a client not here.", func(s *broker.Stats) float64 { return float64(s.ClusterNotHere) })
+
+	c.regState = newMetric("cluster_registry_state", "1 for the registry's current state (starting, healthy, degraded, closed), 0 for the others.", gauge, "state")
+	rs := func(name, help string, kind prometheus.ValueType, f func(*RegistryStats) float64) {
+		c.registry = append(c.registry, regScalar{newMetric("cluster_registry_"+name, help, kind), f})
+	}
+	rs("revision", "The etcd revision the local copy reflects.", gauge, func(r *RegistryStats) float64 { return float64(r.Revision) })
+	rs("lag_seconds", "Registry lag of this node's last write: from sending it to etcd to seeing it in its own watch.", gauge, func(r *RegistryStats) float64 { return r.Lag.Seconds() })
+	rs("lag_max_seconds", "Largest registry lag measured.", gauge, func(r *RegistryStats) float64 { return r.LagMax.Seconds() })
+	rs("lag_seconds_total", "Sum of the registry lags measured (with lag_measurements_total: the mean).", counter, func(r *RegistryStats) float64 { return r.LagSum.Seconds() })
+	rs("lag_measurements_total", "Writes whose registry lag was measured.", counter, func(r *RegistryStats) float64 { return float64(r.LagCount) })
+	rs("resyncs_total", "Full re-reads of the registry after the first load (a lost or compacted watch).", counter, func(r *RegistryStats) float64 { return float64(r.Resyncs) })
+	rs("watch_lost_total", "Watches given up as silent, closed or cancelled.", counter, func(r *RegistryStats) float64 { return float64(r.WatchLost) })
+	rs("watch_compacted_total", "Watches ended because the history they needed was compacted.", counter, func(r *RegistryStats) float64 { return float64(r.Compacted) })
+	rs("reregistrations_total", "Times the node lost its lease while running and registered everything again.", counter, func(r *RegistryStats) float64 { return float64(r.Reregistrations) })
+	rs("txns_total", "Transactions the registrar committed.", counter, func(r *RegistryStats) float64 { return float64(r.Txns) })
+	rs("txn_ops_total", "Operations in those transactions.", counter, func(r *RegistryStats) float64 { return float64(r.TxnOps) })
+	rs("txn_errors_total", "Transactions that failed (and were retried).", counter, func(r *RegistryStats) float64 { return float64(r.TxnErrors) })
+	rs("queued_writes", "Writes waiting for the registrar.", gauge, func(r *RegistryStats) float64 { return float64(r.Queued) })
+	rs("nodes", "Nodes in the local copy of the registry, this one included.", gauge, func(r *RegistryStats) float64 { return float64(r.Nodes) })
+	rs("routes", "Route keys (a node's filter with ordinary subscribers) in the local copy.", gauge, func(r *RegistryStats) float64 { return float64(r.Routes) })
+	rs("members", "Share-group members of every node in the local copy.", gauge, func(r *RegistryStats) float64 { return float64(r.Members) })
+	rs("sessions", "Session ownership records in the local copy.", gauge, func(r *RegistryStats) float64 { return float64(r.Sessions) })
+
+	ps := func(name, help string, kind prometheus.ValueType, f func(*PeerStats) float64) {
+		c.peers = append(c.peers, peerScalar{newMetric("cluster_peer_"+name, help, kind, "peer"), f})
+	}
+	ps("up", "1 while a stream to the peer is established.", gauge, func(p *PeerStats) float64 { return b2f(p.Up) })
+	ps("available", "1 while deliveries may be sent to the peer (its stream answered a ping and its breaker is closed).", gauge, func(p *PeerStats) float64 { return b2f(p.Available) })
+	ps("breaker_state", "The peer's circuit breaker: 0 closed, 1 half-open, 2 open.", gauge, func(p *PeerStats) float64 { return breakerValues[p.Breaker] })
+	ps("breaker_opens_total", "Times the peer's breaker opened.", counter, func(p *PeerStats) float64 { return float64(p.BreakerOpens) })
+	ps("rtt_seconds", "Round trip of the last ping answered by the peer.", gauge, func(p *PeerStats) float64 { return p.RTT.Seconds() })
+	ps("rtt_max_seconds", "Largest ping round trip to the peer.", gauge, func(p *PeerStats) float64 { return p.RTTMax.Seconds() })
+	ps("ping_timeouts_total", "Pongs the peer missed.", counter, func(p *PeerStats) float64 { return float64(p.PingTimeouts) })
+	ps("streams_total", "Streams established with the peer.", counter, func(p *PeerStats) float64 { return float64(p.Streams) })
+	ps("dial_errors_total", "Dials to the peer that failed (the node whose name sorts first dials).", counter, func(p *PeerStats) float64 { return float64(p.DialErrors) })
+	ps("queued", "Records waiting for the peer's writer.", gauge, func(p *PeerStats) float64 { return float64(p.Queued) })
+	ps("in_flight", "Directed deliveries to the peer awaiting an answer.", gauge, func(p *PeerStats) float64 { return float64(p.InFlight) })
+	ps("sent_frames_total", "Frames sent to the peer.", counter, func(p *PeerStats) float64 { return float64(p.SentFrames) })
+	ps("sent_records_total", "Records (forwards, deliveries, answers, pings) sent to the peer.", counter, func(p *PeerStats) float64 { return float64(p.SentRecords) })
+	ps("sent_bytes_total", "Bytes of frames sent to the peer.", counter, func(p *PeerStats) float64 { return float64(p.SentBytes) })
+	ps("received_frames_total", "Frames received from the peer.", counter, func(p *PeerStats) float64 { return float64(p.RecvFrames) })
+	ps("received_records_total", "Records received from the peer.", counter, func(p *PeerStats) float64 { return float64(p.RecvRecords) })
+	ps("received_bytes_total", "Bytes of frames received from the peer.", counter, func(p *PeerStats) float64 { return float64(p.RecvBytes) })
+	ps("forwards_dropped_total", "Forwards lost in the peer's queue when its stream ended.", counter, func(p *PeerStats) float64 { return float64(p.Dropped) })
+	ps("rejected_total", "Forwards and deliveries refused at once (peer unavailable, queue full).", counter, func(p *PeerStats) float64 { return float64(p.Rejected) })
+	ps("late_answers_total", "Answers that came after their delivery had timed out.", counter, func(p *PeerStats) float64 { return float64(p.Late) })
+	ps("late_accepted_total", "Late answers that accepted the delivery: duplicates, the message having been picked again.", counter, func(p *PeerStats) float64 { return float64(p.LateAccepted) })
+	ps("deliveries_sent_total", "Directed deliveries to share-group members on the peer.", counter, func(p *PeerStats) float64 { return float64(p.Deliveries) })
+	c.deliveries = newMetric("cluster_peer_deliveries_total", "Directed deliveries to the peer by outcome: accepted, not_here, timeout, broken, refused, error.", counter, "peer", "outcome")
+	return c
+}
+
+// Describe sends every family's description.
+func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range c.brokerScalars {
+		ch <- m.desc
+	}
+	ch <- c.regState.desc
+	for _, m := range c.registry {
+		ch <- m.desc
+	}
+	for _, m := range c.peers {
+		ch <- m.desc
+	}
+	ch <- c.deliveries.desc
+}
+
+// Collect reads the figures; a standalone gateway has none.
+func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.s.opts.ClusterStats == nil {
+		return
+	}
+	emit := func(m metric, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, v, labels...)
+	}
+	bst := c.s.b.Stats()
+	for _, m := range c.brokerScalars {
+		emit(m.metric, m.value(&bst))
+	}
+	cs := c.s.opts.ClusterStats()
+	r := &cs.Registry
+	for _, st := range registryStates {
+		emit(c.regState, b2f(r.State == st), st)
+	}
+	for _, m := range c.registry {
+		emit(m.metric, m.value(r))
+	}
+	for i := range cs.Peers {
+		p := &cs.Peers[i]
+		for _, m := range c.peers {
+			emit(m.metric, m.value(p), p.Node)
+		}
+		for _, o := range []struct {
+			outcome string
+			n       uint64
+		}{{"accepted", p.Accepted}, {"not_here", p.NotHere}, {"timeout", p.Timeouts}, {"broken", p.Broken}, {"refused", p.Refused}, {"error", p.RemoteErrors}} {
+			emit(c.deliveries, float64(o.n), p.Node, o.outcome)
+		}
+	}
+}
+
+// Interface guard.
+var _ prometheus.Collector = (*clusterCollector)(nil)
