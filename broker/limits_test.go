@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -351,5 +352,51 @@ func TestLimitMaxSessions(t *testing.T) {
 	}
 	if n := srv.LimitStats().RefusedSessions; n != 2 {
 		t.Errorf("RefusedSessions %d, want 2", n)
+	}
+}
+
+// BenchmarkPublishRate measures a QoS 0 publisher feeding one subscriber
+// over loopback with the publish rate limit off and on (at a rate it never
+// reaches): the token bucket must cost no allocation and little time.
+func BenchmarkPublishRate(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		rate int
+	}{{"off", 0}, {"on", 1 << 30}} {
+		b.Run(bc.name, func(b *testing.B) {
+			_, addr := brokertest.RunServer(b, broker.Options{MaxPublishRate: bc.rate})
+			var mu sync.Mutex
+			var received int64
+			sub, _ := brokertest.Connect(b, addr, rawV5("sub", true))
+			sub.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("bench/#")}}})
+			go benchDrain(sub.Conn, packet.V5, &received, &mu, make(chan struct{}))
+			pub, _ := brokertest.Connect(b, addr, rawV5("pub", true))
+			go io.Copy(io.Discard, pub.Conn)
+			payload := make([]byte, 300)
+			var batch []byte
+			b.SetBytes(int64(len(payload)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; {
+				batch = batch[:0]
+				for j := 0; j < 64 && i < b.N; j++ {
+					batch = (&packet.Publish{Topic: []byte("bench/line1/telemetry"), Payload: payload}).Append(batch, packet.V5)
+					i++
+				}
+				pub.Conn.Write(batch)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				mu.Lock()
+				r := received
+				mu.Unlock()
+				if r >= int64(b.N) || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(received)/float64(b.N), "delivered/op")
+		})
 	}
 }
