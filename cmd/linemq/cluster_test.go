@@ -5,6 +5,7 @@ import (
 	"net"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -140,14 +141,20 @@ func clusterFault(t *testing.T, fault string) {
 	var acked []uint64
 	var mu sync.Mutex
 	var stoppedAt time.Time
+	// For the pass-over figures: when each publish was sent and when its
+	// PUBACK came, from the fault on; and each wait before it.
+	var waits []time.Duration
+	var sentAt, ackAt []time.Time
 	for seq := uint64(1); seq <= n; seq++ {
 		switch {
 		case seq == n/3 && fault == "kill":
 			ds[2].cmd.Process.Kill() // SIGKILL node 3
+			stoppedAt = time.Now()
 		case seq == n/3 && fault == "stop":
 			ds[2].cmd.Process.Signal(syscall.SIGSTOP)
 			stoppedAt = time.Now()
 		}
+		sent := time.Now()
 		pid := uint16(seq%60000 + 2)
 		if err := pub.write((&packet.Publish{Topic: []byte("cl/x"), QoS: 1, PacketID: pid, Payload: []byte(strconv.FormatUint(seq, 10))}).Append(nil, packet.V5)); err != nil {
 			t.Fatal(err)
@@ -155,6 +162,11 @@ func clusterFault(t *testing.T, fault string) {
 		h, body, err := pub.read(10 * time.Second)
 		if err != nil || h.Type != packet.PUBACK {
 			t.Fatalf("message %d: no PUBACK: %v", seq, err)
+		}
+		if seq < n/3 {
+			waits = append(waits, time.Since(sent))
+		} else {
+			sentAt, ackAt = append(sentAt, sent), append(ackAt, time.Now())
 		}
 		var a packet.Ack
 		a.Decode(packet.V5, h.Type, body)
@@ -164,6 +176,7 @@ func clusterFault(t *testing.T, fault string) {
 			mu.Unlock()
 		}
 	}
+	logPassOver(t, fault, stoppedAt, waits, sentAt, ackAt)
 	if fault == "kill" {
 		<-ds[2].exited
 		// Node 3 comes back on its data directory; its worker reconnects
@@ -194,4 +207,34 @@ func clusterFault(t *testing.T, fault string) {
 	if len(acked) < n*9/10 {
 		t.Errorf("only %d of %d publishes acknowledged", len(acked), n)
 	}
+}
+
+// logPassOver logs how long the group took to pass over node 3's member
+// after the fault at: the time from the fault to the PUBACK of the third
+// publish after it (one publisher, three members: by then every member's
+// turn has come once, node 3's member's included), the longest wait of a
+// single publish after the fault against the median before it, and how
+// many publishes waited more than 100 ms and when the last of them was
+// acknowledged (from then on publishing ran as before the fault). Logged,
+// not asserted: docs/cluster.md ("Figures") quotes them.
+func logPassOver(t *testing.T, fault string, at time.Time, before []time.Duration, sentAt, ackAt []time.Time) {
+	t.Helper()
+	if len(ackAt) < 3 || len(before) == 0 {
+		return
+	}
+	before = slices.Clone(before)
+	slices.Sort(before)
+	var longest time.Duration
+	slow, lastSlow := 0, time.Duration(0)
+	for i := range ackAt {
+		w := ackAt[i].Sub(sentAt[i])
+		longest = max(longest, w)
+		if w > 100*time.Millisecond {
+			slow++
+			lastSlow = ackAt[i].Sub(at)
+		}
+	}
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+	t.Logf("pass-over after %s of node 3: fault to the 3rd PUBACK after it %s; longest wait of a publish %s (median before the fault %s); %d publishes waited > 100 ms, the last acknowledged %s after the fault",
+		fault, ms(ackAt[2].Sub(at)), ms(longest), ms(before[len(before)/2]), slow, ms(lastSlow))
 }
