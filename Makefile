@@ -52,7 +52,10 @@ cross:
 clean:
 	rm -rf $(BIN)
 
-## bench-compare: linemq and Debian's Mosquitto side by side; writes docs/benchmarks.md
+## bench-compare: linemq and Debian's Mosquitto side by side, then a
+## three-node linemq cluster (an etcd member in each) next to one linemq
+## under the same QoS 1 fan-in; writes docs/benchmarks.md. Only the cluster
+## part (no Mosquitto needed): go run ./cmd/linemq-compare -only cluster
 bench-compare: build
 	$(GO) run ./cmd/linemq-compare -linemq $(BIN)/linemq -reps 3 -duration 5s -out docs/benchmarks.md
 

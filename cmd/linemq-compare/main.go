@@ -8,6 +8,10 @@
 // runs -reps times per broker, alternating linemq and Mosquitto, so that
 // noise from the shared machine falls on both alike; the medians and the
 // ratio linemq/Mosquitto of the medians are reported.
+//
+// Then the three-node fan-in (cluster.go): three linemq processes forming
+// one cluster next to a single linemq under the same load, written to a
+// section of its own; -only cluster runs just that part.
 package main
 
 import (
@@ -36,9 +40,20 @@ func main() {
 	duration := flag.Duration("duration", 5*time.Second, "publishing time of each run")
 	conns := flag.Int("conns", 10000, "idle connections for the memory scenario (0 skips it)")
 	conns2 := flag.Int("conns-large", 19000, "a second, larger idle-connection count (0 skips it)")
-	out := flag.String("out", "docs/benchmarks.md", "file whose generated section is replaced")
+	out := flag.String("out", "docs/benchmarks.md", "file whose generated sections are replaced")
+	only := flag.String("only", "", "run one part only: \"cluster\" (the three-node fan-in, no Mosquitto needed)")
 	flag.Parse()
 
+	if *only == "cluster" {
+		row := runCluster(*linemqBin, *reps, *duration)
+		if err := writeClusterDoc(*out, row, *reps, *duration); err != nil {
+			fatal(err)
+		}
+		return
+	} else if *only != "" {
+		fmt.Fprintf(os.Stderr, "linemq-compare: -only %q: the only part is \"cluster\"\n", *only)
+		os.Exit(2)
+	}
 	if _, err := exec.LookPath(*mosquittoBin); err != nil {
 		fmt.Fprintln(os.Stderr, "linemq-compare: mosquitto not found; install Debian's mosquitto package")
 		os.Exit(2)
@@ -116,6 +131,9 @@ func main() {
 	if err := writeDoc(*out, results, persist, *reps, *duration); err != nil {
 		fmt.Fprintln(os.Stderr, "linemq-compare:", err)
 		os.Exit(1)
+	}
+	if err := writeClusterDoc(*out, runCluster(*linemqBin, *reps, *duration), *reps, *duration); err != nil {
+		fatal(err)
 	}
 }
 
