@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,12 +64,20 @@ func openCluster(ctx context.Context, cfg *config.Config, dataDir string, log *s
 		}
 		endpoints = c.member.ClientURLs()
 	}
-	c.cli, err = clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), Context: context.Background()})
+	etcdTLS, err := cc.Etcd.TLS.Load()
+	if err != nil {
+		return nil, err
+	}
+	c.cli, err = clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: etcdTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), Context: context.Background()})
 	if err != nil {
 		return nil, fmt.Errorf("cluster.etcd: %w", err)
 	}
+	meshTLS, err := cc.TLS.Load()
+	if err != nil {
+		return nil, err
+	}
 	c.node = cluster.New(cfg.NodeID, nil, log.With("component", "cluster"))
-	c.mesh, err = peer.New(peer.Options{Node: cfg.NodeID, Cluster: cc.Name, Handler: cluster.MeshHandler(c.node), Logger: log.With("component", "peer")})
+	c.mesh, err = peer.New(peer.Options{Node: cfg.NodeID, Cluster: cc.Name, Handler: cluster.MeshHandler(c.node), TLS: meshTLS, Logger: log.With("component", "peer")})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
@@ -109,6 +118,9 @@ func (c *clustering) attach(ctx context.Context, cfg *config.Config, version str
 	if err := c.mesh.Start(c.ln); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
+	if err := h.Poll("cluster_peers", time.Second, time.Second, c.checkPeers); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
 	if err := c.reg.Start(); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
@@ -119,6 +131,30 @@ func (c *clustering) attach(ctx context.Context, cfg *config.Config, version str
 	case <-ctx.Done():
 		return fmt.Errorf("cluster: registry not ready: %w", ctx.Err())
 	}
+}
+
+// checkPeers is the cluster_peers health check: degraded while another
+// node of the registry cannot take deliveries, naming each and why (a
+// refused certificate, a refused connection, an open breaker).
+func (c *clustering) checkPeers(context.Context) error {
+	var down []string
+	for _, p := range c.mesh.Stats() {
+		if p.Available {
+			continue
+		}
+		why := "no stream yet"
+		switch {
+		case p.Connected:
+			why = "breaker " + p.Breaker.String()
+		case p.LastError != "":
+			why = p.LastError
+		}
+		down = append(down, p.Node+": "+why)
+	}
+	if len(down) > 0 {
+		return health.Degrade(fmt.Errorf("cannot reach %s", strings.Join(down, "; ")))
+	}
+	return nil
 }
 
 // close stops the cluster's parts in the reverse order of their start.

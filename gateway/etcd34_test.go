@@ -2,6 +2,8 @@ package gateway_test
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -24,17 +26,35 @@ type externalEtcd struct {
 	clientURL string
 	cmd       *exec.Cmd
 	out       *bytes.Buffer
+	tls       *tls.Config // the health probe's, with TLS
 }
 
-func startExternalEtcd(t *testing.T, bin string) *externalEtcd {
+// startExternalEtcd starts bin; with ca set, it serves clients over TLS
+// with a certificate of ca and requires theirs (--client-cert-auth).
+func startExternalEtcd(t *testing.T, bin string, ca *testCA) *externalEtcd {
 	t.Helper()
 	peerURL, clientURL := freeURL(t), freeURL(t)
+	if ca != nil {
+		clientURL = "https" + strings.TrimPrefix(clientURL, "http")
+	}
 	e := &externalEtcd{t: t, clientURL: clientURL, args: []string{
 		"--name", "e1", "--data-dir", filepath.Join(t.TempDir(), "etcd"),
 		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 		"--initial-cluster", "e1=" + peerURL, "--logger", "zap", "--log-outputs", "stderr",
 	}}
+	if ca != nil {
+		cert, key := ca.issue(t, "etcd")
+		e.args = append(e.args, "--cert-file", cert, "--key-file", key, "--trusted-ca-file", ca.File, "--client-cert-auth")
+		ccert, ckey := ca.issue(t, "probe")
+		pair, err := tls.LoadX509KeyPair(ccert, ckey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		pool.AddCert(ca.cert)
+		e.tls = &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}
+	}
 	e.start(bin)
 	t.Cleanup(e.kill)
 	return e
@@ -51,7 +71,7 @@ func (e *externalEtcd) start(bin string) {
 		e.t.Fatalf("starting %s: %v", bin, err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	hc := http.Client{Timeout: time.Second}
+	hc := http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: e.tls}}
 	for {
 		resp, err := hc.Get(e.clientURL + "/health")
 		if err == nil {
@@ -96,7 +116,7 @@ func TestExternalEtcd34(t *testing.T) {
 	if out, err := exec.Command(bin, "--version").Output(); err == nil {
 		t.Logf("%s", bytes.TrimSpace(out))
 	}
-	e := startExternalEtcd(t, bin)
+	e := startExternalEtcd(t, bin, nil)
 	external := func(c *config.Config) { c.Cluster.Etcd.Endpoints = []string{e.clientURL} }
 	gw1 := startGateway(t, "gw1", external)
 	gw2 := startGateway(t, "gw2", external)
@@ -148,4 +168,24 @@ func TestExternalEtcd34(t *testing.T) {
 	if m := scrape(t, gw1); m["linemq_cluster_registry_members"] != 4 {
 		t.Errorf("gw1's copy holds %v members, want 4", m["linemq_cluster_registry_members"])
 	}
+}
+
+// TestExternalEtcdTLS: the same etcd binary serving clients over TLS only,
+// client certificates required; two gateways reach it with
+// cluster.etcd.tls and share a group.
+func TestExternalEtcdTLS(t *testing.T) {
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		t.Skip("etcd is not on PATH: apt-get install etcd-server (Debian's etcd 3.4) to run this test; CI installs it")
+	}
+	ca := newTestCA(t, "etcd CA")
+	e := startExternalEtcd(t, bin, ca)
+	external := func(c *config.Config) {
+		cert, key := ca.issue(t, c.NodeID+"-etcd")
+		c.Cluster.Etcd.Endpoints = []string{e.clientURL}
+		c.Cluster.Etcd.TLS = config.EtcdTLS{CAFile: ca.File, CertFile: cert, KeyFile: key}
+	}
+	gw1 := startGateway(t, "gw1", external)
+	gw2 := startGateway(t, "gw2", external)
+	splitScenario(t, gw1, gw2, "s")
 }

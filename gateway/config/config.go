@@ -259,6 +259,10 @@ type Cluster struct {
 
 	// Etcd says where the cluster's coordination lives.
 	Etcd Etcd `yaml:"etcd"`
+
+	// TLS makes the node-to-node transport mutual TLS. Left out, the
+	// transport is plain TCP: keep it on a network of its own.
+	TLS ClusterTLS `yaml:"tls"`
 }
 
 // Etcd is where a cluster's etcd is: external endpoints, or a member run
@@ -283,6 +287,10 @@ type Etcd struct {
 	// InitialCluster lists every member as name=peer-url, comma-separated,
 	// the same on every gateway. Default: this member alone.
 	InitialCluster string `yaml:"initial_cluster"`
+
+	// TLS is how the gateway's etcd client reaches https:// endpoints.
+	// External endpoints only: the embedded member serves plain HTTP.
+	TLS EtcdTLS `yaml:"tls"`
 }
 
 // Health configures the gateway's health checks.

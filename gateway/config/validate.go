@@ -96,6 +96,9 @@ func (c *Config) Validate() error {
 	}
 
 	v.cluster(&e.Cluster)
+	if e.Cluster.Listen != "" {
+		v.clusterTLS(&e.Cluster, e.NodeID)
+	}
 
 	for _, err := range unjoin(c.Listeners.Validate()) {
 		var le *listen.Error
