@@ -50,11 +50,14 @@ type Cluster interface {
 
 	// Claim makes this node the owner of clientID's session before its
 	// CONNACK, so that two nodes never serve one client; the node that
-	// owned it disconnects its connection (Server.Evict). An error refuses
-	// the CONNECT with 0x88 Server unavailable rather than serve a client
-	// that another node may still be serving, or start empty a session
-	// that lives elsewhere. It runs on the connection's reader (nothing
-	// else may happen on a connection before its CONNACK), bounded by ctx.
+	// owned it disconnects its connection (Server.Evict). A client
+	// resuming (cleanStart false) a session another node holds has it
+	// handed across first: the cluster takes it there (Server.HandOver)
+	// and installs it here (Server.Adopt). An error refuses the CONNECT
+	// with 0x88 Server unavailable rather than serve a client that another
+	// node may still be serving, or start empty a session that lives
+	// elsewhere. It runs on the connection's reader (nothing else may
+	// happen on a connection before its CONNACK), bounded by ctx.
 	Claim(ctx context.Context, clientID string, cleanStart bool) error
 	// Release gives up the ownership of a session that ended.
 	Release(clientID string)
@@ -91,7 +94,14 @@ func (srv *Server) Evict(clientID string) {
 	if sess != nil {
 		delete(srv.sessions, clientID)
 	}
+	_, handed := srv.handed[clientID]
+	delete(srv.handed, clientID)
 	srv.mu.Unlock()
+	if handed && srv.opts.Store != nil {
+		// Handed over (HandOver) and now owned elsewhere: the records
+		// kept until then go.
+		srv.storeErr("delete session", clientID, srv.opts.Store.DeleteSession(clientID))
+	}
 	if sess == nil {
 		return
 	}
@@ -363,4 +373,6 @@ type clusterState struct {
 	routesMu sync.Mutex
 	routes   map[remoteRoute]*remoteRoute
 	remote   *topic.Index[*remoteRoute] // other nodes' ordinary filters
+
+	handed handedOver // under Server.mu; made on first use
 }

@@ -166,6 +166,10 @@ func (c *conn) handleConnect(body []byte) error {
 			c.srv.logConn("connection refused: session not claimed in the cluster", "client", id, "err", err)
 			return c.refuse(c.version, packet.ServerUnavailable)
 		}
+		if err := c.srv.takeBackHanded(id, p.CleanStart); err != nil {
+			c.srv.logConn("connection refused: session not restored", "client", id, "err", err)
+			return c.refuse(c.version, packet.ServerUnavailable)
+		}
 	}
 	present, rc := c.srv.attach(c, p.CleanStart, expiry, connack)
 	if rc != packet.Success {

@@ -20,6 +20,8 @@ type counters struct {
 	clusterDelivers  atomic.Uint64
 	clusterRepicks   atomic.Uint64
 	clusterNotHere   atomic.Uint64
+	handedOver       atomic.Uint64
+	adopted          atomic.Uint64
 	droppedTooLarge  atomic.Uint64
 	expired          atomic.Uint64
 	expiredSessions  atomic.Uint64
@@ -31,35 +33,37 @@ type counters struct {
 
 // Stats is a snapshot of the broker's counters and sizes.
 type Stats struct {
-	ClientsConnected int64  // connections with an accepted CONNECT
-	ClientsParked    int    // idle connections parked without a goroutine
-	PendingBytes     int64  // encoded bytes waiting to be written to all connections
-	Queued           int64  // messages queued in all sessions
-	Connects         uint64 // CONNECTs accepted since start
-	Sessions         int    // sessions, connected or not
-	Subscriptions    int    // ordinary subscriptions
-	ShareGroups      int    // share groups with at least one member
-	Retained         int    // retained messages
-	PacketsIn        uint64 // packets received
-	MessagesIn       uint64 // PUBLISH packets received
-	BytesIn          uint64 // payload bytes received
-	MessagesRouted   uint64 // deliveries to sessions
-	Acknowledged     uint64 // QoS 1/2 deliveries acknowledged by subscribers
-	DuplicateQoS2    uint64 // QoS 2 resends recognised and not routed again
-	DroppedQoS0      uint64 // QoS 0 messages dropped for a slow or absent client
-	DroppedQueueFull uint64 // messages dropped from a full session queue (drop_oldest, QoS 0)
-	RefusedQueueFull uint64 // messages refused for a session whose queue was full (backpressure)
-	ClusterForwards  uint64 // messages forwarded to other nodes' ordinary subscribers (one per node)
-	ClusterDelivers  uint64 // directed deliveries to share-group members on other nodes
-	ClusterRepicks   uint64 // directed deliveries that failed and were picked again
-	ClusterNotHere   uint64 // directed deliveries from other nodes for a client not here
-	DroppedTooLarge  uint64 // messages larger than the client's Maximum Packet Size
-	Expired          uint64 // messages whose expiry passed before delivery
-	ExpiredSessions  uint64 // sessions ended by their expiry interval
-	WillsPublished   uint64 // will messages published
-	StoreErrors      uint64 // failed Store writes and syncs
-	AcksHeld         uint64 // publisher acknowledgements held back by share-group backpressure
-	GroupDiscarded   uint64 // messages discarded because their share group ended
+	ClientsConnected   int64  // connections with an accepted CONNECT
+	ClientsParked      int    // idle connections parked without a goroutine
+	PendingBytes       int64  // encoded bytes waiting to be written to all connections
+	Queued             int64  // messages queued in all sessions
+	Connects           uint64 // CONNECTs accepted since start
+	Sessions           int    // sessions, connected or not
+	Subscriptions      int    // ordinary subscriptions
+	ShareGroups        int    // share groups with at least one member
+	Retained           int    // retained messages
+	PacketsIn          uint64 // packets received
+	MessagesIn         uint64 // PUBLISH packets received
+	BytesIn            uint64 // payload bytes received
+	MessagesRouted     uint64 // deliveries to sessions
+	Acknowledged       uint64 // QoS 1/2 deliveries acknowledged by subscribers
+	DuplicateQoS2      uint64 // QoS 2 resends recognised and not routed again
+	DroppedQoS0        uint64 // QoS 0 messages dropped for a slow or absent client
+	DroppedQueueFull   uint64 // messages dropped from a full session queue (drop_oldest, QoS 0)
+	RefusedQueueFull   uint64 // messages refused for a session whose queue was full (backpressure)
+	ClusterForwards    uint64 // messages forwarded to other nodes' ordinary subscribers (one per node)
+	ClusterDelivers    uint64 // directed deliveries to share-group members on other nodes
+	ClusterRepicks     uint64 // directed deliveries that failed and were picked again
+	ClusterNotHere     uint64 // directed deliveries from other nodes for a client not here
+	SessionsHandedOver uint64 // sessions given to another node where their client resumed them
+	SessionsAdopted    uint64 // sessions taken from another node for a client resuming here
+	DroppedTooLarge    uint64 // messages larger than the client's Maximum Packet Size
+	Expired            uint64 // messages whose expiry passed before delivery
+	ExpiredSessions    uint64 // sessions ended by their expiry interval
+	WillsPublished     uint64 // will messages published
+	StoreErrors        uint64 // failed Store writes and syncs
+	AcksHeld           uint64 // publisher acknowledgements held back by share-group backpressure
+	GroupDiscarded     uint64 // messages discarded because their share group ended
 }
 
 // Stats returns a snapshot of the broker's counters.
@@ -72,34 +76,36 @@ func (srv *Server) Stats() Stats {
 	srv.groupsMu.Unlock()
 	c := &srv.stats
 	return Stats{
-		ClientsConnected: c.connected.Load(),
-		ClientsParked:    srv.parker.count(),
-		PendingBytes:     srv.pending.Load(),
-		Queued:           srv.queued.Load(),
-		Connects:         c.connects.Load(),
-		Sessions:         sessions,
-		Subscriptions:    srv.subs.Len() - int(srv.probe.subs.Load()),
-		ShareGroups:      groups,
-		Retained:         srv.retained.len(),
-		PacketsIn:        c.packetsIn.Load(),
-		MessagesIn:       c.msgsIn.Load(),
-		BytesIn:          c.bytesIn.Load(),
-		MessagesRouted:   c.msgsRouted.Load(),
-		Acknowledged:     c.acked.Load(),
-		DuplicateQoS2:    c.dupQoS2.Load(),
-		DroppedQoS0:      c.droppedQoS0.Load(),
-		DroppedQueueFull: c.droppedQueueFull.Load(),
-		RefusedQueueFull: c.refusedQueueFull.Load(),
-		ClusterForwards:  c.clusterForwards.Load(),
-		ClusterDelivers:  c.clusterDelivers.Load(),
-		ClusterRepicks:   c.clusterRepicks.Load(),
-		ClusterNotHere:   c.clusterNotHere.Load(),
-		DroppedTooLarge:  c.droppedTooLarge.Load(),
-		Expired:          c.expired.Load(),
-		ExpiredSessions:  c.expiredSessions.Load(),
-		WillsPublished:   c.willsPublished.Load(),
-		StoreErrors:      c.storeErrors.Load(),
-		AcksHeld:         c.acksHeld.Load(),
-		GroupDiscarded:   c.groupDiscarded.Load(),
+		ClientsConnected:   c.connected.Load(),
+		ClientsParked:      srv.parker.count(),
+		PendingBytes:       srv.pending.Load(),
+		Queued:             srv.queued.Load(),
+		Connects:           c.connects.Load(),
+		Sessions:           sessions,
+		Subscriptions:      srv.subs.Len() - int(srv.probe.subs.Load()),
+		ShareGroups:        groups,
+		Retained:           srv.retained.len(),
+		PacketsIn:          c.packetsIn.Load(),
+		MessagesIn:         c.msgsIn.Load(),
+		BytesIn:            c.bytesIn.Load(),
+		MessagesRouted:     c.msgsRouted.Load(),
+		Acknowledged:       c.acked.Load(),
+		DuplicateQoS2:      c.dupQoS2.Load(),
+		DroppedQoS0:        c.droppedQoS0.Load(),
+		DroppedQueueFull:   c.droppedQueueFull.Load(),
+		RefusedQueueFull:   c.refusedQueueFull.Load(),
+		ClusterForwards:    c.clusterForwards.Load(),
+		ClusterDelivers:    c.clusterDelivers.Load(),
+		ClusterRepicks:     c.clusterRepicks.Load(),
+		ClusterNotHere:     c.clusterNotHere.Load(),
+		SessionsHandedOver: c.handedOver.Load(),
+		SessionsAdopted:    c.adopted.Load(),
+		DroppedTooLarge:    c.droppedTooLarge.Load(),
+		Expired:            c.expired.Load(),
+		ExpiredSessions:    c.expiredSessions.Load(),
+		WillsPublished:     c.willsPublished.Load(),
+		StoreErrors:        c.storeErrors.Load(),
+		AcksHeld:           c.acksHeld.Load(),
+		GroupDiscarded:     c.groupDiscarded.Load(),
 	}
 }

@@ -1,0 +1,407 @@
+package broker
+
+import (
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"slices"
+
+	"github.com/linemq/linemq/broker/packet"
+)
+
+// SessionState is a session on its way from one node of a cluster to
+// another: what a client resuming it (clean start = false) on the new node
+// expects to find there. Its Will is always nil: the connection that
+// resumes the session brings its own.
+type SessionState struct {
+	Session  SessionRecord    // with its Subscriptions
+	Messages []*MessageRecord // in flight (PacketID != 0) and queued, in Seq order
+	Inbound  []uint16         // inbound QoS 2 ids not yet released
+}
+
+// stateFormat is the version byte of SessionState's binary form.
+const stateFormat = 1
+
+// ErrBadState is returned by UnmarshalSessionState for bytes that are not a
+// session state this broker reads.
+var ErrBadState = errors.New("broker: malformed session state")
+
+// AppendBinary appends st's binary form to dst, for the wire between nodes.
+func (st *SessionState) AppendBinary(dst []byte) []byte {
+	s := &st.Session
+	dst = append(dst, stateFormat, byte(s.Version))
+	dst = appendStr(dst, s.ClientID)
+	dst = binary.AppendUvarint(dst, uint64(s.ExpiryInterval))
+	dst = binary.AppendUvarint(dst, uint64(len(s.Subscriptions)))
+	for _, sub := range s.Subscriptions {
+		dst = appendStr(dst, sub.Filter)
+		flags := sub.QoS & 3
+		if sub.NoLocal {
+			flags |= 1 << 2
+		}
+		if sub.RetainAsPublished {
+			flags |= 1 << 3
+		}
+		flags |= (sub.RetainHandling & 3) << 4
+		dst = append(dst, flags)
+		dst = binary.AppendUvarint(dst, uint64(sub.SubscriptionID))
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(st.Messages)))
+	for _, m := range st.Messages {
+		flags := m.QoS & 3
+		if m.Retain {
+			flags |= 1 << 2
+		}
+		if m.Sent {
+			flags |= 1 << 3
+		}
+		if m.Released {
+			flags |= 1 << 4
+		}
+		dst = append(dst, flags)
+		dst = binary.AppendUvarint(dst, m.Seq)
+		dst = binary.AppendUvarint(dst, uint64(m.PacketID))
+		dst = appendStr(dst, m.GroupName)
+		dst = appendStr(dst, m.GroupFilter)
+		dst = binary.AppendUvarint(dst, uint64(len(m.SubIDs)))
+		for _, id := range m.SubIDs {
+			dst = binary.AppendUvarint(dst, uint64(id))
+		}
+		body := m.Message.AppendBinary(nil)
+		dst = binary.AppendUvarint(dst, uint64(len(body)))
+		dst = append(dst, body...)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(st.Inbound)))
+	for _, pid := range st.Inbound {
+		dst = binary.AppendUvarint(dst, uint64(pid))
+	}
+	return dst
+}
+
+func appendStr(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// UnmarshalSessionState decodes what AppendBinary made. It copies what it
+// keeps.
+func UnmarshalSessionState(b []byte) (*SessionState, error) {
+	if len(b) < 2 || b[0] != stateFormat {
+		return nil, ErrBadState
+	}
+	r := reader{b: b[2:]}
+	st := &SessionState{}
+	s := &st.Session
+	s.Version = packet.Version(b[1])
+	s.ClientID = string(r.bytes())
+	exp := r.uvarint()
+	s.ExpiryInterval = uint32(exp)
+	// Every count is checked against what is left, so a hostile length
+	// cannot make a huge allocation: each element takes at least 2 bytes.
+	n := r.uvarint()
+	if n > uint64(len(r.b)) || exp > 0xFFFFFFFF {
+		return nil, ErrBadState
+	}
+	for range n {
+		sub := SubscriptionRecord{Filter: string(r.bytes())}
+		f := r.byte()
+		sub.QoS, sub.NoLocal, sub.RetainAsPublished, sub.RetainHandling = f&3, f&(1<<2) != 0, f&(1<<3) != 0, (f>>4)&3
+		sub.SubscriptionID = uint32(r.uvarint())
+		s.Subscriptions = append(s.Subscriptions, sub)
+	}
+	n = r.uvarint()
+	if n > uint64(len(r.b)) {
+		return nil, ErrBadState
+	}
+	for range n {
+		f := r.byte()
+		m := &MessageRecord{QoS: f & 3, Retain: f&(1<<2) != 0, Sent: f&(1<<3) != 0, Released: f&(1<<4) != 0}
+		m.Seq = r.uvarint()
+		m.PacketID = uint16(r.uvarint())
+		m.GroupName, m.GroupFilter = string(r.bytes()), string(r.bytes())
+		ids := r.uvarint()
+		if ids > uint64(len(r.b)) {
+			return nil, ErrBadState
+		}
+		for range ids {
+			m.SubIDs = append(m.SubIDs, uint32(r.uvarint()))
+		}
+		body := r.bytes()
+		if r.err {
+			return nil, ErrBadState
+		}
+		msg, err := UnmarshalMessage(body)
+		if err != nil || m.QoS > 2 {
+			return nil, ErrBadState
+		}
+		m.Message = msg
+		st.Messages = append(st.Messages, m)
+	}
+	n = r.uvarint()
+	if n > uint64(len(r.b)) {
+		return nil, ErrBadState
+	}
+	for range n {
+		st.Inbound = append(st.Inbound, uint16(r.uvarint()))
+	}
+	if r.err || len(r.b) != 0 || s.Version < packet.V311 || s.Version > packet.V5 {
+		return nil, ErrBadState
+	}
+	return st, nil
+}
+
+// handedOver holds the sessions this node gave to another node and has
+// not yet seen it take (Server.Evict, when the cluster reports the new
+// owner, forgets them): should the new node fail before it owns the
+// session, the client finds it here again.
+type handedOver map[string]*SessionState
+
+// HandOver gives clientID's session to another node of the cluster, where
+// the client is resuming it: its connection here is closed with 0x8E
+// (Session taken over), its subscriptions stop routing here, and its
+// state is returned, messages and all. The session's records stay in the
+// Store until the new owner's claim is seen (Evict), so a new node that
+// fails before it has stored the state loses nothing. It reports false
+// when this node has no such session.
+func (srv *Server) HandOver(clientID string) (*SessionState, bool) {
+	srv.mu.Lock()
+	sess := srv.sessions[clientID]
+	if sess == nil {
+		st, ok := srv.handed[clientID]
+		srv.mu.Unlock()
+		return st, ok
+	}
+	delete(srv.sessions, clientID)
+	srv.mu.Unlock()
+
+	sess.mu.Lock()
+	c := sess.conn
+	sess.conn = nil
+	stopTimer(&sess.expiryTimer)
+	// The client resumes the session elsewhere within any will delay: the
+	// delayed will is cancelled, as on a takeover here.
+	stopTimer(&sess.willTimer)
+	sess.pendingWill = nil
+	subs := sess.subs
+	sess.subs = make(map[string]*subscription)
+	sess.mu.Unlock()
+	if c != nil {
+		c.wmu.Lock()
+		c.takeover, c.cleanTO = true, false
+		c.wmu.Unlock()
+		c.kick(packet.SessionTakenOver)
+	}
+	// The subscriptions stop routing here before the state is read, so
+	// what was matched before lands in it; what arrives later finds the
+	// session ended (a share group picks another member).
+	for _, sub := range subs {
+		if sub.group != nil {
+			srv.leaveGroup(sub)
+		} else {
+			srv.subs.Remove(sub.topicFilter, sub)
+		}
+		if cl := srv.opts.Cluster; cl != nil {
+			cl.Unsubscribed(sess.id, sub.filter)
+		}
+	}
+
+	sess.mu.Lock()
+	sess.ended = true
+	st := sess.exportLocked(subs)
+	sess.queue.reset()
+	clear(sess.inflight)
+	sess.releaseWaitersLocked(true)
+	stored := sess.stored
+	sess.stored = false // it writes nothing more; its records go at Evict
+	sess.mu.Unlock()
+
+	if stored {
+		srv.mu.Lock()
+		if srv.handed == nil {
+			srv.handed = make(handedOver)
+		}
+		srv.handed[clientID] = st
+		srv.mu.Unlock()
+	}
+	srv.stats.handedOver.Add(1)
+	srv.log.Info("session handed over to another node", "client", clientID,
+		"subscriptions", len(st.Session.Subscriptions), "messages", len(st.Messages))
+	return st, true
+}
+
+// exportLocked copies the session's state. A retained feed still being
+// sent becomes queued messages.
+func (s *session) exportLocked(subs map[string]*subscription) *SessionState {
+	st := &SessionState{Session: SessionRecord{ClientID: s.id, Version: s.version, ExpiryInterval: s.expiry}}
+	for _, sub := range subs {
+		st.Session.Subscriptions = append(st.Session.Subscriptions, SubscriptionRecord{
+			Filter: sub.filter, QoS: sub.qos, NoLocal: sub.noLocal, RetainAsPublished: sub.retainAsPublished,
+			RetainHandling: sub.retainHandling, SubscriptionID: sub.id,
+		})
+	}
+	slices.SortFunc(st.Session.Subscriptions, func(a, b SubscriptionRecord) int { return cmp.Compare(a.Filter, b.Filter) })
+	record := func(d *delivery, m *Message) *MessageRecord {
+		r := &MessageRecord{Seq: d.seq, Message: m, QoS: d.qos, Retain: d.retain, PacketID: d.pid,
+			Sent: d.sent, Released: d.released, SubIDs: d.subIDs.appendTo(nil)}
+		if d.group != nil {
+			r.GroupName, r.GroupFilter = d.group.key.name, d.group.key.filter
+		}
+		return r
+	}
+	for _, d := range s.inflight {
+		st.Messages = append(st.Messages, record(&d, d.msg))
+	}
+	seq := s.seq
+	for i := range s.queue.len() {
+		d := s.queue.at(i)
+		if d.feed == nil {
+			st.Messages = append(st.Messages, record(d, d.msg))
+			continue
+		}
+		// The feed's messages go as ordinary queued ones, numbered after
+		// everything else so they keep their order among themselves.
+		f := d.feed
+		msgs := append([]*Message{d.msg}, f.msgs...)
+		for _, m := range msgs {
+			if m == nil {
+				continue
+			}
+			seq++
+			fd := delivery{seq: seq, qos: min(m.QoS, f.qos), retain: true, subIDs: f.ids}
+			st.Messages = append(st.Messages, record(&fd, m))
+		}
+	}
+	slices.SortFunc(st.Messages, func(a, b *MessageRecord) int { return cmp.Compare(a.Seq, b.Seq) })
+	for pid := range s.inQoS2 {
+		st.Inbound = append(st.Inbound, pid)
+	}
+	slices.Sort(st.Inbound)
+	return st
+}
+
+// Adopt installs a session another node handed over (HandOver there), for
+// the client about to resume it here: it is stored (and synced) before
+// Adopt returns, so that the CONNACK that follows promises only what is
+// durable. A session this node already has for the client is replaced.
+func (srv *Server) Adopt(st *SessionState) error {
+	rec := &st.Session
+	s := newSession(srv, rec.ClientID, rec.Version)
+	s.expiry = rec.ExpiryInterval
+	s.since = srv.clock.Now()
+	srv.mu.Lock()
+	old := srv.sessions[rec.ClientID]
+	delete(srv.sessions, rec.ClientID)
+	delete(srv.handed, rec.ClientID)
+	srv.mu.Unlock()
+	if old != nil {
+		// A stale copy (this node's, from before the client moved): the
+		// state handed over supersedes it, messages included, so nothing
+		// of it is redispatched. Its records go before the new ones are
+		// written.
+		srv.discard(old)
+	}
+	s.mu.Lock()
+	s.saveLocked()
+	s.mu.Unlock()
+	for _, sr := range rec.Subscriptions {
+		srv.restoreSubscription(s, sr)
+	}
+	s.mu.Lock()
+	for _, sub := range s.subs {
+		s.saveSubLocked(sub)
+	}
+	for _, mr := range st.Messages {
+		d := delivery{msg: mr.Message, seq: mr.Seq, pid: mr.PacketID, qos: mr.QoS, retain: mr.Retain,
+			sent: mr.Sent, released: mr.Released}
+		for _, id := range mr.SubIDs {
+			d.subIDs.add(id)
+		}
+		if mr.GroupName != "" {
+			srv.groupsMu.Lock()
+			d.group = srv.groups[groupKey{mr.GroupName, mr.GroupFilter}]
+			srv.groupsMu.Unlock()
+		}
+		s.seq = max(s.seq, mr.Seq)
+		s.saveMsgLocked(&d)
+		if d.pid != 0 {
+			s.inflight[d.pid] = d
+			s.nextPID = max(s.nextPID, d.pid)
+		} else {
+			s.queue.push(d)
+		}
+	}
+	for _, pid := range st.Inbound {
+		s.inQoS2[pid] = struct{}{}
+		s.setInboundLocked(pid, true)
+	}
+	s.mu.Unlock()
+	srv.mu.Lock()
+	srv.sessions[s.id] = s
+	srv.mu.Unlock()
+	srv.stats.adopted.Add(1)
+	if err := srv.syncStore(); err != nil {
+		return err
+	}
+	srv.log.Info("session adopted from another node", "client", s.id,
+		"subscriptions", len(rec.Subscriptions), "messages", len(st.Messages))
+	return nil
+}
+
+// discard drops a session superseded by one handed over: its connection is
+// closed (0x8E), its subscriptions stop routing, and its records are
+// deleted, without handing its messages to other members or publishing
+// its will (the session lives on, elsewhere).
+func (srv *Server) discard(sess *session) {
+	sess.mu.Lock()
+	if sess.ended {
+		sess.mu.Unlock()
+		return
+	}
+	sess.ended = true
+	c := sess.conn
+	sess.conn = nil
+	stopTimer(&sess.expiryTimer)
+	stopTimer(&sess.willTimer)
+	sess.pendingWill = nil
+	subs := sess.subs
+	sess.subs = make(map[string]*subscription)
+	sess.queue.reset()
+	clear(sess.inflight)
+	sess.releaseWaitersLocked(true)
+	sess.mu.Unlock()
+	if c != nil {
+		c.wmu.Lock()
+		c.takeover, c.cleanTO = true, false
+		c.wmu.Unlock()
+		c.kick(packet.SessionTakenOver)
+	}
+	for _, sub := range subs {
+		if sub.group != nil {
+			srv.leaveGroup(sub)
+		} else {
+			srv.subs.Remove(sub.topicFilter, sub)
+		}
+		if cl := srv.opts.Cluster; cl != nil {
+			cl.Unsubscribed(sess.id, sub.filter)
+		}
+	}
+	srv.deleteStored(sess)
+}
+
+// takeBackHanded restores a session this node handed over whose new owner
+// never took it (its claim failed), for its client resuming here; a client
+// starting clean here just ends it. It runs before attach.
+func (srv *Server) takeBackHanded(clientID string, cleanStart bool) error {
+	srv.mu.Lock()
+	st, ok := srv.handed[clientID]
+	srv.mu.Unlock()
+	switch {
+	case !ok:
+		return nil
+	case cleanStart:
+		srv.Evict(clientID)
+		return nil
+	default:
+		return srv.Adopt(st)
+	}
+}
