@@ -39,6 +39,15 @@ const (
 	// seq; a pong echoes its ping's.
 	kindPing
 	kindPong
+	// kindCall: a request for the receiving node's Caller. Body: uvarint
+	// seq, the method (uvarint length and bytes), then the argument.
+	kindCall
+	// kindResult: the answer to a kindCall. Body: uvarint seq, a status
+	// byte (statusAccepted: the result follows; statusError: the error
+	// text follows).
+	kindResult
+
+	lastKind = kindResult
 )
 
 // The status of an answer.
@@ -59,7 +68,8 @@ type outRec struct {
 	seq    uint64
 	msg    *broker.Message
 	to     Target
-	text   string // the error text of a statusError answer
+	text   string // the error text of a statusError answer; a call's method
+	body   []byte // a call's argument or result
 }
 
 // appendRecord appends r's encoding to dst.
@@ -81,6 +91,18 @@ func appendRecord(dst []byte, r *outRec) []byte {
 		dst = append(dst, r.text...)
 	case kindPing, kindPong:
 		dst = binary.AppendUvarint(dst, r.seq)
+	case kindCall:
+		dst = binary.AppendUvarint(dst, r.seq)
+		dst = appendString(dst, r.text)
+		dst = append(dst, r.body...)
+	case kindResult:
+		dst = binary.AppendUvarint(dst, r.seq)
+		dst = append(dst, r.status)
+		if r.status == statusError {
+			dst = append(dst, r.text...)
+		} else {
+			dst = append(dst, r.body...)
+		}
 	}
 	binary.BigEndian.PutUint32(dst[start-4:start], uint32(len(dst)-start))
 	return dst
@@ -96,8 +118,8 @@ type inRec struct {
 	kind   kind
 	seq    uint64
 	status uint8
-	to     [3][]byte // group, filter, client
-	body   []byte    // the message (forward, deliver) or error text (answer)
+	to     [3][]byte // group, filter, client; a call's method in to[0]
+	body   []byte    // the message (forward, deliver), error text (answer), a call's argument or result
 }
 
 // frameReader walks the records of one frame.
@@ -126,7 +148,7 @@ func (f *frameReader) next(r *inRec) (bool, error) {
 		}
 		body := f.b[recHeader : recHeader+int(n)]
 		f.b = f.b[recHeader+int(n):]
-		if k < kindForward || k > kindPong {
+		if k < kindForward || k > lastKind {
 			continue // a newer node's kind: skip it
 		}
 		*r = inRec{kind: k}
@@ -160,6 +182,17 @@ func (r *inRec) decode(b []byte) error {
 		r.body = b
 	case kindAnswer:
 		if len(b) == 0 || b[0] < statusAccepted || b[0] > statusError {
+			return errMalformed
+		}
+		r.status, r.body = b[0], b[1:]
+	case kindCall:
+		l, n := binary.Uvarint(b)
+		if n <= 0 || l > uint64(len(b)-n) {
+			return errMalformed
+		}
+		r.to[0], r.body = b[n:n+int(l)], b[n+int(l):]
+	case kindResult:
+		if len(b) == 0 || (b[0] != statusAccepted && b[0] != statusError) {
 			return errMalformed
 		}
 		r.status, r.body = b[0], b[1:]

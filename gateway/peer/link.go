@@ -39,17 +39,19 @@ type link struct {
 	// missed pong).
 	tripNow atomic.Bool
 
-	mu     sync.Mutex
-	addr   string
-	closed bool
-	sess   *session // nil while there is no stream
-	q      []outRec // forwards and deliveries waiting for sess's writer
-	ctl    []outRec // answers, pings and pongs: written ahead of q
-	fl     inflight // directed deliveries awaiting an answer
-	seq    uint64   // the last delivery's sequence number
-	ping   pingState
-	rtt    rttStats
-	last   error // why the last stream ended or the last dial failed
+	mu      sync.Mutex
+	addr    string
+	closed  bool
+	sess    *session // nil while there is no stream
+	q       []outRec // forwards and deliveries waiting for sess's writer
+	ctl     []outRec // answers, pings and pongs: written ahead of q
+	fl      inflight // directed deliveries awaiting an answer
+	seq     uint64   // the last delivery's sequence number
+	calls   map[uint64]pendingCall
+	callSeq uint64 // the last call's sequence number (apart from seq: fl needs its own consecutive)
+	ping    pingState
+	rtt     rttStats
+	last    error // why the last stream ended or the last dial failed
 
 	c counters
 }
@@ -242,6 +244,7 @@ func (l *link) end(s *session, err error) {
 	q := l.q
 	l.q, l.ctl = nil, nil
 	pend := l.fl.drain(nil)
+	l.failCallsLocked(s, err)
 	probe := l.ping.report
 	l.ping = pingState{}
 	l.last = err
@@ -500,6 +503,10 @@ func (l *link) dispatch(s *session, frame []byte) error {
 			l.control(s, outRec{kind: kindPong, seq: r.seq})
 		case kindPong:
 			l.ponged(s, r.seq)
+		case kindCall:
+			l.called(s, r.seq, string(r.to[0]), append([]byte(nil), r.body...))
+		case kindResult:
+			l.result(r.seq, r.status, r.body)
 		}
 	}
 }
