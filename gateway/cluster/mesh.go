@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/gateway/peer"
@@ -34,6 +35,18 @@ func (t *Mesh) Available(node string) bool { return t.m.Available(node) }
 // SetPeer implements Transport.
 func (t *Mesh) SetPeer(node, addr string) { t.m.SetPeer(node, addr) }
 
+// callHandOver is the mesh call that asks a node for a session.
+const callHandOver = "handover"
+
+// HandOver implements Transport.
+func (t *Mesh) HandOver(ctx context.Context, node, clientID string) (*broker.SessionState, error) {
+	b, err := t.m.Call(ctx, node, callHandOver, []byte(clientID))
+	if err != nil || len(b) == 0 {
+		return nil, err
+	}
+	return broker.UnmarshalSessionState(b)
+}
+
 // MeshHandler returns the peer.Handler that hands what other nodes send to
 // n's broker.
 func MeshHandler(n *Node) peer.Handler { return meshHandler{n} }
@@ -42,6 +55,14 @@ type meshHandler struct{ n *Node }
 
 // Forward reaches this node's ordinary subscribers only.
 func (h meshHandler) Forward(from string, m *broker.Message) { h.n.srv.ForwardFrom(from, m) }
+
+// Call answers the mesh's calls: a session's hand-over.
+func (h meshHandler) Call(from, method string, arg []byte) ([]byte, error) {
+	if method != callHandOver {
+		return nil, fmt.Errorf("cluster: unknown call %q", method)
+	}
+	return h.n.HandOver(string(arg)), nil
+}
 
 // Deliver queues m to the member's session and answers once it is there
 // (and stored, for a persistent session).

@@ -11,7 +11,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -34,6 +33,10 @@ type Transport interface {
 	Available(node string) bool
 	// SetPeer adds or updates (addr != "") or removes (addr == "") a node.
 	SetPeer(node, addr string)
+	// HandOver asks node for clientID's session, for the client resuming
+	// it here; node closes the client's connection there. It returns nil
+	// without an error when node has no such session.
+	HandOver(ctx context.Context, node, clientID string) (*broker.SessionState, error)
 }
 
 // Node is this gateway's part of the cluster. Make it with New, give it
@@ -150,18 +153,24 @@ func (n *Node) Unsubscribed(clientID, filter string) broker.Registration {
 	}
 }
 
-// errSessionElsewhere refuses a CONNECT that would resume a session another
-// node holds: its state is not moved between nodes yet.
-var errSessionElsewhere = errors.New("cluster: the session is held by another node; reconnect there or with clean start")
-
 // Claim implements broker.Cluster: this node becomes the owner of the
-// client's session; the node that owned it sees the change and disconnects
-// the client there.
+// client's session. A client resuming (clean start = false) a session
+// another node holds gets it handed across first: its state is stored
+// here before the claim is written, so that a failure between the two
+// loses nothing (the old node keeps its records until it sees the claim).
+// If the old node cannot hand it over, the CONNECT is refused (0x88)
+// rather than served an empty session.
 func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool) error {
 	if o, ok := n.reg.SessionOwner(clientID); ok && o.Node != n.self && !cleanStart {
-		// Resuming here would start an empty session while its state is
-		// on o.Node: refused (0x88) rather than lose it.
-		return fmt.Errorf("%w (%s)", errSessionElsewhere, o.Node)
+		st, err := n.tr.HandOver(ctx, o.Node, clientID)
+		if err != nil {
+			return fmt.Errorf("cluster: handing the session over from %s: %w", o.Node, err)
+		}
+		if st != nil {
+			if err := n.srv.Adopt(st); err != nil {
+				return fmt.Errorf("cluster: storing the session handed over from %s: %w", o.Node, err)
+			}
+		}
 	}
 	_, err := n.reg.ClaimSession(ctx, clientID)
 	if err != nil && ctx.Err() != nil {
@@ -173,6 +182,16 @@ func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool) erro
 		return nil
 	}
 	return err
+}
+
+// HandOver gives a session this node holds to the node where its client
+// is resuming it, in its binary form; nil when there is none here.
+func (n *Node) HandOver(clientID string) []byte {
+	st, ok := n.srv.HandOver(clientID)
+	if !ok {
+		return nil
+	}
+	return st.AppendBinary(nil)
 }
 
 // Release implements broker.Cluster.

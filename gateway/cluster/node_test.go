@@ -1,9 +1,11 @@
 package cluster_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/linemq/linemq/gateway/cluster/internal/etcdtest"
 	"github.com/linemq/linemq/gateway/cluster/registry"
 	"github.com/linemq/linemq/gateway/peer"
+	"github.com/linemq/linemq/storage/bolt"
 )
 
 var shared *etcdtest.Etcd
@@ -79,6 +82,19 @@ func (t *memTransport) Deliver(to broker.RemoteMember, m *broker.Message, done f
 
 func (t *memTransport) Available(node string) bool { return t.peer(node) != nil }
 
+// HandOver goes through the session's binary form, as over the network.
+func (t *memTransport) HandOver(_ context.Context, node, clientID string) (*broker.SessionState, error) {
+	p := t.peer(node)
+	if p == nil {
+		return nil, errors.New("no such peer")
+	}
+	st, ok := p.HandOver(clientID)
+	if !ok {
+		return nil, nil
+	}
+	return broker.UnmarshalSessionState(st.AppendBinary(nil))
+}
+
 func (t *memTransport) SetPeer(node, addr string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -92,7 +108,8 @@ func (t *memTransport) SetPeer(node, addr string) {
 // gw is one gateway of the test cluster: a broker joined by the registry.
 type gw struct {
 	*brokertest.Server
-	reg *registry.Registry
+	reg  *registry.Registry
+	path string // the broker's bbolt file
 }
 
 // startNodes starts n gateways n1..nN sharing the test's etcd prefix.
@@ -108,7 +125,14 @@ func startNodes(t *testing.T, n int) []*gw {
 		name := fmt.Sprint("n", i)
 		tr := &memTransport{self: name, net: net, peers: map[string]bool{}, wg: &wg}
 		node := cluster.New(name, tr, nil)
-		s := brokertest.Start(t, broker.Options{Cluster: node}, nil)
+		path := filepath.Join(t.TempDir(), "linemq.db")
+		s := brokertest.Start(t, broker.Options{Cluster: node}, func() (broker.Store, func() error) {
+			st, err := bolt.Open(path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st, st.Close
+		})
 		net.mu.Lock()
 		net.all[name] = s.Server
 		net.mu.Unlock()
@@ -126,7 +150,7 @@ func startNodes(t *testing.T, n int) []*gw {
 		case <-time.After(15 * time.Second):
 			t.Fatalf("%s: registry not ready", name)
 		}
-		gws = append(gws, &gw{Server: s, reg: reg})
+		gws = append(gws, &gw{Server: s, reg: reg, path: path})
 	}
 	return gws
 }
@@ -325,13 +349,7 @@ func TestSpreadPublishesFairShares(t *testing.T) {
 // another node is refused with 0x88 rather than started empty.
 func TestSessionOwnership(t *testing.T) {
 	gws := startNodes(t, 2)
-	cp := func(clean bool) *packet.Connect {
-		c := &packet.Connect{Version: packet.V5, ClientID: []byte("mover"), CleanStart: clean}
-		c.Props.Set(packet.PropSessionExpiry)
-		c.Props.SessionExpiry = 300
-		return c
-	}
-	first, ack := brokertest.Connect(t, gws[0].Addr, cp(true))
+	first, ack := brokertest.Connect(t, gws[0].Addr, persistent("mover", true, 10))
 	if ack.Reason != packet.Success {
 		t.Fatalf("first CONNECT: %v", ack.Reason)
 	}
@@ -339,15 +357,10 @@ func TestSessionOwnership(t *testing.T) {
 		o, ok := gws[1].reg.SessionOwner("mover")
 		return ok && o.Node == "n1"
 	})
-	// Resuming on node 2 would start empty: refused.
-	_, ack = brokertest.Connect(t, gws[1].Addr, cp(false))
-	if ack.Reason != packet.ServerUnavailable {
-		t.Fatalf("resume on another node: CONNACK %v, want 0x88", ack.Reason)
-	}
-	// With clean start the client moves: node 1 lets it go.
-	second, ack := brokertest.Connect(t, gws[1].Addr, cp(true))
-	if ack.Reason != packet.Success {
-		t.Fatalf("clean CONNECT on node 2: %v", ack.Reason)
+	// With clean start the client moves and its old session ends.
+	second, ack := brokertest.Connect(t, gws[1].Addr, persistent("mover", true, 10))
+	if ack.Reason != packet.Success || ack.SessionPresent {
+		t.Fatalf("clean CONNECT on node 2: %v present %v", ack.Reason, ack.SessionPresent)
 	}
 	first.ExpectDisconnect(packet.SessionTakenOver)
 	brokertest.Eventually(t, 15*time.Second, "node 1 has no session of mover", func() bool {
@@ -362,15 +375,140 @@ func TestSessionOwnership(t *testing.T) {
 	second.Expect(packet.PINGRESP, nil)
 }
 
+// persistent is a v5 CONNECT for id with a session that lasts five minutes
+// and a receive window of recvMax.
+func persistent(id string, clean bool, recvMax uint16) *packet.Connect {
+	c := &packet.Connect{Version: packet.V5, ClientID: []byte(id), CleanStart: clean}
+	c.Props.Set(packet.PropSessionExpiry)
+	c.Props.SessionExpiry = 300
+	c.Props.Set(packet.PropReceiveMaximum)
+	c.Props.ReceiveMaximum = recvMax
+	return c
+}
+
+// TestSessionHandOver: a client resuming its session on another node
+// finds it there whole: the message in flight (resent with DUP), the
+// messages queued behind it in order, and its ordinary and shared
+// subscriptions, now routed to the new node. The old node keeps nothing.
+func TestSessionHandOver(t *testing.T) {
+	gws := startNodes(t, 3)
+	mover, _ := brokertest.Connect(t, gws[0].Addr, persistent("mover", true, 1))
+	mover.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{
+		{Filter: []byte("plain/#"), QoS: 1},
+		{Filter: []byte("$share/g/line/#"), QoS: 1},
+	}})
+	pub, _ := brokertest.Connect(t, gws[1].Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("pub"), CleanStart: true})
+	for i := 1; i <= 5; i++ {
+		if rc := publish(t, pub, uint16(i), "plain/x", fmt.Sprint(i)); rc != packet.Success {
+			t.Fatalf("publish %d: %v", i, rc)
+		}
+	}
+	// The window of one holds message 1 in flight (not acknowledged) and
+	// queues 2..5 on node 1.
+	h, body, err := mover.Read(5 * time.Second)
+	if err != nil || h.Type != packet.PUBLISH {
+		t.Fatalf("first delivery: %v %v", h.Type, err)
+	}
+	var p packet.Publish
+	p.Decode(packet.V5, h.Flags, body)
+	if string(p.Payload) != "1" {
+		t.Fatalf("first delivery %q", p.Payload)
+	}
+
+	moved, ack := brokertest.Connect(t, gws[2].Addr, persistent("mover", false, 10))
+	if ack.Reason != packet.Success || !ack.SessionPresent {
+		t.Fatalf("resume on node 3: %v present %v", ack.Reason, ack.SessionPresent)
+	}
+	mover.ExpectDisconnect(packet.SessionTakenOver)
+	var got []string
+	for range 5 {
+		h, body, err := moved.Read(5 * time.Second)
+		if err != nil || h.Type != packet.PUBLISH {
+			t.Fatalf("after %v: %v %v", got, h.Type, err)
+		}
+		var p packet.Publish
+		p.Decode(packet.V5, h.Flags, body)
+		if string(p.Payload) == "1" && !p.Dup {
+			t.Errorf("message 1 resent without DUP")
+		}
+		got = append(got, string(p.Payload))
+		moved.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+	}
+	if fmt.Sprint(got) != "[1 2 3 4 5]" {
+		t.Fatalf("resumed deliveries %v, want [1 2 3 4 5]", got)
+	}
+	brokertest.Eventually(t, 15*time.Second, "node 1 let the session go", func() bool {
+		return gws[0].Stats().Sessions == 0 && gws[2].Stats().Sessions == 1
+	})
+	// Its subscriptions now live on node 3: publishes on nodes 1 and 2 find it.
+	members(t, gws[0], 1)
+	brokertest.Eventually(t, 15*time.Second, "node 1 routes plain/# to node 3", func() bool {
+		return len(gws[0].reg.Routes("n3")) == 1
+	})
+	pub1, _ := brokertest.Connect(t, gws[0].Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("pub1"), CleanStart: true})
+	publish(t, pub1, 1, "plain/x", "6")
+	publish(t, pub1, 2, "line/1", "7")
+	for _, want := range []string{"6", "7"} {
+		if got := next(moved, 5*time.Second); got != want {
+			t.Fatalf("after the move: got %q, want %q", got, want)
+		}
+	}
+	if st := gws[0].Stats(); st.SessionsHandedOver != 1 {
+		t.Errorf("node 1 handed over %d sessions", st.SessionsHandedOver)
+	}
+	if st := gws[2].Stats(); st.SessionsAdopted != 1 {
+		t.Errorf("node 3 adopted %d sessions", st.SessionsAdopted)
+	}
+
+	// Node 1's store kept its records until it saw node 3's claim, and
+	// none after.
+	brokertest.Eventually(t, 15*time.Second, "node 1 sees node 3 own the session", func() bool {
+		o, ok := gws[0].reg.SessionOwner("mover")
+		return ok && o.Node == "n3"
+	})
+	gws[0].Stop()
+	st, err := bolt.Open(gws[0].path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	snap, err := st.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Sessions) != 0 {
+		t.Fatalf("node 1's store still holds %d sessions", len(snap.Sessions))
+	}
+}
+
 // TestSeedExampleOverGRPC is seed 000's example end to end on the real
 // parts: membership through etcd, messages through gateway/peer's gRPC
 // streams.
 func TestSeedExampleOverGRPC(t *testing.T) {
+	gws, meshes := startGRPCNodes(t, 3)
+	clients := map[string]*brokertest.Client{}
+	for _, m := range []struct {
+		id   string
+		node int
+	}{{"A", 0}, {"B", 0}, {"C", 0}, {"D", 1}, {"E", 2}} {
+		clients[m.id] = subscribe(t, gws[m.node], m.id, "$share/g/line/#")
+	}
+	members(t, gws[0], 5)
+	brokertest.Eventually(t, 15*time.Second, "node 1's streams to nodes 2 and 3 up", func() bool {
+		return meshes[0].Available("n2") && meshes[0].Available("n3")
+	})
+	seedSequence(t, gws[0], clients)
+}
+
+// startGRPCNodes starts n gateways whose messages travel on gateway/peer's
+// gRPC streams.
+func startGRPCNodes(t *testing.T, n int) ([]*gw, []*peer.Mesh) {
+	t.Helper()
 	cli := shared.Client(t)
 	prefix := etcdtest.Prefix(t)
 	var gws []*gw
 	var meshes []*peer.Mesh
-	for i := 1; i <= 3; i++ {
+	for i := 1; i <= n; i++ {
 		name := fmt.Sprint("n", i)
 		node := cluster.New(name, nil, nil)
 		mesh, err := peer.New(peer.Options{Node: name, Cluster: "test", Handler: cluster.MeshHandler(node)})
@@ -400,18 +538,48 @@ func TestSeedExampleOverGRPC(t *testing.T) {
 		<-reg.Ready()
 		gws = append(gws, &gw{Server: s, reg: reg})
 	}
-	clients := map[string]*brokertest.Client{}
-	for _, m := range []struct {
-		id   string
-		node int
-	}{{"A", 0}, {"B", 0}, {"C", 0}, {"D", 1}, {"E", 2}} {
-		clients[m.id] = subscribe(t, gws[m.node], m.id, "$share/g/line/#")
+	return gws, meshes
+}
+
+// TestSessionHandOverOverGRPC moves a session with queued messages between
+// two nodes over the real mesh; and refuses (0x88) to resume a session
+// whose node cannot be reached, rather than start it empty.
+func TestSessionHandOverOverGRPC(t *testing.T) {
+	gws, meshes := startGRPCNodes(t, 3)
+	mover, _ := brokertest.Connect(t, gws[0].Addr, persistent("mover", true, 10))
+	mover.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("plain/#"), QoS: 1}}})
+	mover.Send((&packet.Disconnect{}).Append(nil, packet.V5))
+	mover.ExpectClosed()
+	pub, _ := brokertest.Connect(t, gws[0].Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("pub"), CleanStart: true})
+	for i := 1; i <= 3; i++ {
+		publish(t, pub, uint16(i), "plain/x", fmt.Sprint(i))
 	}
-	members(t, gws[0], 5)
-	brokertest.Eventually(t, 15*time.Second, "node 1's streams to nodes 2 and 3 up", func() bool {
-		return meshes[0].Available("n2") && meshes[0].Available("n3")
+	brokertest.Eventually(t, 15*time.Second, "node 2's stream to node 1 up", func() bool { return meshes[1].Available("n1") })
+	moved, ack := brokertest.Connect(t, gws[1].Addr, persistent("mover", false, 10))
+	if ack.Reason != packet.Success || !ack.SessionPresent {
+		t.Fatalf("resume on node 2: %v present %v", ack.Reason, ack.SessionPresent)
+	}
+	for _, want := range []string{"1", "2", "3"} {
+		if got := next(moved, 5*time.Second); got != want {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+	}
+	moved.Send((&packet.Disconnect{}).Append(nil, packet.V5))
+	moved.ExpectClosed()
+
+	// Node 2 holds it now; with node 2's mesh gone, node 3 cannot get it.
+	brokertest.Eventually(t, 15*time.Second, "node 3 sees node 2 own the session", func() bool {
+		o, ok := gws[2].reg.SessionOwner("mover")
+		return ok && o.Node == "n2"
 	})
-	seedSequence(t, gws[0], clients)
+	meshes[1].Close()
+	_, ack = brokertest.Connect(t, gws[2].Addr, persistent("mover", false, 10))
+	if ack.Reason != packet.ServerUnavailable {
+		t.Fatalf("resume while the owner is unreachable: CONNACK %v, want 0x88", ack.Reason)
+	}
+	if n := gws[1].Stats().Sessions; n != 1 {
+		t.Fatalf("node 2 holds %d sessions, want its 1", n)
+	}
 }
 
 // seedSequence publishes ten QoS 1 messages to g and checks that they went
