@@ -127,6 +127,7 @@ func (c *clustering) attach(ctx context.Context, cfg *config.Config, version str
 	log.Info("waiting for the cluster registry", "node", cfg.NodeID, "cluster", cfg.Cluster.Name, "transport", addr)
 	select {
 	case <-c.reg.Ready():
+		c.node.Reconcile(ctx)
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("cluster: registry not ready: %w", ctx.Err())

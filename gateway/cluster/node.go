@@ -184,6 +184,40 @@ func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool) erro
 	return err
 }
 
+// Reconcile settles the sessions the broker restored from its store with
+// what the registry says once it is loaded: a session another node owns
+// now (its client moved while this node was down) is let go (Evict: its
+// share-group messages go to the other members), and one nobody owns is
+// claimed, so that a client resuming it elsewhere is handed it from here.
+// Call it once the registry is Ready.
+func (n *Node) Reconcile(ctx context.Context) {
+	// Claims go many at a time: the registrar commits them in batches,
+	// so thousands of restored sessions cost a few round trips to etcd.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for _, c := range n.srv.Clients() {
+		if c.Connected {
+			continue // its connection claimed it
+		}
+		o, owned := n.reg.SessionOwner(c.ClientID)
+		switch {
+		case owned && o.Node != n.self:
+			n.log.Info("letting go of a restored session another node owns now", "client", c.ClientID, "owner", o.Node, "queued", c.Queued)
+			n.srv.Evict(c.ClientID)
+		case !owned:
+			sem <- struct{}{}
+			wg.Add(1)
+			go func(id string) {
+				defer func() { <-sem; wg.Done() }()
+				if _, err := n.reg.ClaimSession(ctx, id); err != nil {
+					n.log.Warn("claiming a restored session", "client", id, "err", err)
+				}
+			}(c.ClientID)
+		}
+	}
+	wg.Wait()
+}
+
 // HandOver gives a session this node holds to the node where its client
 // is resuming it, in its binary form; nil when there is none here.
 func (n *Node) HandOver(clientID string) []byte {
