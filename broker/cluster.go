@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -61,6 +62,14 @@ type Cluster interface {
 	Claim(ctx context.Context, clientID string, cleanStart bool) error
 	// Release gives up the ownership of a session that ended.
 	Release(clientID string)
+
+	// Retain sends a retained message published here (or the clear of
+	// one: an empty payload) to every other node except those in skip,
+	// which had it forwarded already; every node keeps every retained
+	// message (Server.RetainFrom). Best effort, like Forward: a node
+	// that missed it catches up from a snapshot when it comes back
+	// (Server.RetainedSnapshot, Server.MergeRetained).
+	Retain(m *Message, skip []string)
 }
 
 // Registration is a change of this node's subscriptions on its way to the
@@ -173,28 +182,22 @@ func (srv *Server) SetRemoteMember(rm RemoteMember, present bool) {
 }
 
 // forwardRemote sends m once to each other node with ordinary interest in
-// its topic.
+// its topic, and a retained message to every other node.
 func (r *router) forwardRemote(srv *Server, m *Message) {
-	rs := srv.remote.Match(m.topicBytes)
-	if len(rs) == 0 {
-		return
-	}
 	r.nodes = r.nodes[:0]
-	for _, rr := range rs {
-		seen := false
-		for _, n := range r.nodes {
-			if n == rr.node {
-				seen = true
-				break
-			}
+	for _, rr := range srv.remote.Match(m.topicBytes) {
+		r.matched = true
+		if slices.Contains(r.nodes, rr.node) {
+			continue
 		}
-		if !seen {
-			r.nodes = append(r.nodes, rr.node)
-			srv.opts.Cluster.Forward(rr.node, m)
-			srv.stats.clusterForwards.Add(1)
-		}
+		r.nodes = append(r.nodes, rr.node)
+		srv.opts.Cluster.Forward(rr.node, m)
+		srv.stats.clusterForwards.Add(1)
 	}
-	r.matched = true
+	if m.Retain {
+		// The nodes it was forwarded to keep it from the forward.
+		srv.opts.Cluster.Retain(m, r.nodes)
+	}
 }
 
 // ForwardFrom routes a message another node forwarded: to this node's
@@ -202,9 +205,55 @@ func (r *router) forwardRemote(srv *Server, m *Message) {
 // that received the message did) and is never forwarded again.
 func (srv *Server) ForwardFrom(node string, m *Message) {
 	m.fromPeer = true
+	if m.Retain {
+		srv.retainFrom(m)
+	}
 	var r router
 	r.route(srv, m, nil)
 	r.flush()
+}
+
+// RetainFrom keeps a retained message (or a clear) another node published
+// and sent with Cluster.Retain, if it is a later write of its topic than
+// what this node holds. It is not routed: the node that received it did.
+func (srv *Server) RetainFrom(node string, m *Message) {
+	m.fromPeer = true
+	srv.retainFrom(m)
+}
+
+// retainFrom keeps a retained message from another node if it is newer.
+func (srv *Server) retainFrom(m *Message) bool {
+	if m.expired(srv.clock.Now()) {
+		return false
+	}
+	// Other nodes applied their own limits: this one applies its own
+	// too, and counts a refusal like a local one.
+	if srv.keepRetained(m) != kept {
+		return false
+	}
+	srv.stats.retainedIn.Add(1)
+	return true
+}
+
+// RetainedSnapshot returns every retained message this node holds, and the
+// clears it remembers (messages with an empty payload), for a node that
+// joins the cluster or comes back to it (MergeRetained there).
+func (srv *Server) RetainedSnapshot() []*Message {
+	return srv.retained.snapshot(srv.clock.Now())
+}
+
+// MergeRetained keeps, of a snapshot from another node, each message that
+// is a later write of its topic than what this node holds, and returns how
+// many it kept.
+func (srv *Server) MergeRetained(ms []*Message) int {
+	n := 0
+	for _, m := range ms {
+		m.fromPeer = true
+		if srv.retainFrom(m) {
+			n++
+		}
+	}
+	return n
 }
 
 // errNotHere is a directed delivery for a client this node does not have.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -71,6 +72,19 @@ func (c *memCluster) Available(node string) bool { return !c.down[node].Load() }
 
 func (c *memCluster) Claim(context.Context, string, bool) error { return nil }
 func (c *memCluster) Release(string)                            {}
+
+func (c *memCluster) Retain(m *broker.Message, skip []string) {
+	for node := range c.nodes {
+		if node == c.self || c.down[node].Load() || slices.Contains(skip, node) {
+			continue
+		}
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.nodes[node].RetainFrom(c.self, m.Clone())
+		}()
+	}
+}
 
 func (c *memCluster) Subscribed(string, string, byte) broker.Registration { return nil }
 func (c *memCluster) Unsubscribed(string, string) broker.Registration     { return nil }
@@ -241,4 +255,84 @@ func TestClusterNoTaker(t *testing.T) {
 	if rc := pubAck(t, pub, 3, "z/x", "none"); rc != packet.NoMatchingSubscribers {
 		t.Fatalf("after the member left: %v, want 0x10", rc)
 	}
+}
+
+// retainedAt reads the retained message of topic on s through a fresh
+// subscriber: its payload, or "" when there is none.
+func retainedAt(t *testing.T, s *brokertest.Server, topic string) string {
+	t.Helper()
+	c, _ := brokertest.Connect(t, s.Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("peek"), CleanStart: true})
+	defer c.Conn.Close()
+	c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte(topic), QoS: 0}}})
+	return nextPayload(c, 100*time.Millisecond)
+}
+
+// TestClusterRetained: a retained message published on one node is kept
+// by every node, a clear too; two writes of a topic settle on the later
+// everywhere, whatever order they arrive in; a node that was away catches
+// up from a snapshot, clears included, and its older copy brings nothing
+// back.
+func TestClusterRetained(t *testing.T) {
+	net, nodes := startCluster(t, 3)
+	pub, _ := brokertest.Connect(t, nodes[0].Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("pub"), CleanStart: true})
+	retain := func(c *brokertest.Client, topic, payload string) {
+		t.Helper()
+		c.Publish(&packet.Publish{Topic: []byte(topic), QoS: 1, PacketID: 1, Retain: true, Payload: []byte(payload)})
+		c.Expect(packet.PUBACK, nil)
+	}
+	everywhere := func(topic, want string) {
+		t.Helper()
+		for i, n := range nodes {
+			brokertest.Eventually(t, 5*time.Second, fmt.Sprintf("node %d holds %s=%q", i+1, topic, want), func() bool {
+				return retainedAt(t, n, topic) == want
+			})
+		}
+	}
+	retain(pub, "cfg/a", "v1")
+	everywhere("cfg/a", "v1")
+	pub2, _ := brokertest.Connect(t, nodes[1].Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("pub2"), CleanStart: true})
+	retain(pub2, "cfg/a", "")
+	everywhere("cfg/a", "")
+
+	// Two writes of one topic arriving in either order: the later wins.
+	older := broker.NewMessage("cfg/b", []byte("old"), 0, true)
+	newer := broker.NewMessage("cfg/b", []byte("new"), 0, true)
+	newer.Created = older.Created.Add(time.Millisecond)
+	nodes[0].RetainFrom("n9", newer.Clone())
+	nodes[0].RetainFrom("n9", older.Clone())
+	nodes[1].RetainFrom("n9", older.Clone())
+	nodes[1].RetainFrom("n9", newer.Clone())
+	if a, b := retainedAt(t, nodes[0], "cfg/b"), retainedAt(t, nodes[1], "cfg/b"); a != "new" || b != "new" {
+		t.Fatalf("after both writes: node 1 %q, node 2 %q; want new on both", a, b)
+	}
+	if st := nodes[0].Stats(); st.RetainedStale != 1 {
+		t.Errorf("node 1 counted %d stale writes, want 1", st.RetainedStale)
+	}
+
+	// Node 3 is away while cfg/c is set and then cleared, and cfg/d set.
+	retain(pub, "cfg/c", "before")
+	everywhere("cfg/c", "before")
+	net.down["n3"].Store(true)
+	retain(pub, "cfg/c", "")
+	retain(pub, "cfg/d", "while away")
+	net.wg.Wait()
+	if got := retainedAt(t, nodes[2], "cfg/c"); got != "before" {
+		t.Fatalf("node 3 was away but has cfg/c=%q", got)
+	}
+	net.down["n3"].Store(false)
+	// Back: each side merges the other's snapshot.
+	wire := func(ms []*broker.Message) []*broker.Message {
+		for i := range ms {
+			ms[i] = ms[i].Clone()
+		}
+		return ms
+	}
+	if n := nodes[2].MergeRetained(wire(nodes[0].RetainedSnapshot())); n != 3 {
+		t.Errorf("node 3 took %d from node 1's snapshot, want 3 (cfg/b, the clear of cfg/c, cfg/d)", n)
+	}
+	if n := nodes[0].MergeRetained(wire(nodes[2].RetainedSnapshot())); n != 0 {
+		t.Errorf("node 1 took %d from node 3's snapshot, want 0", n)
+	}
+	everywhere("cfg/c", "")
+	everywhere("cfg/d", "while away")
 }

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,42 @@ type retainedStore struct {
 	root  retainedNode
 	n     int
 	bytes int // retainedSize of every message held, for MaxRetainedBytes
+
+	// lww is set in a cluster, where every node holds every retained
+	// message and they must agree whatever order the copies arrive in:
+	// the last writer wins, by the time the message was received, then
+	// its publisher (newerRetained). tombs remembers the clears, so that
+	// an older copy of a cleared message, from a node that was away,
+	// does not bring it back.
+	lww   bool
+	tombs map[string]*Message
+}
+
+// maxTombstones bounds the clears remembered; past it a quarter of them
+// are forgotten (a message cleared long ago could then come back from a
+// node that was away all that time, which docs/cluster.md states).
+const maxTombstones = 1 << 16
+
+// setOutcome is what setWithin did.
+type setOutcome uint8
+
+const (
+	kept  setOutcome = iota // stored, or cleared
+	full                    // over MaxRetainedMessages or MaxRetainedBytes: nothing kept
+	stale                   // older than what the topic holds (lww only): nothing kept
+)
+
+// newerRetained reports whether a is a later write of its topic than b:
+// by receive time, then publisher, then payload, so that every node
+// orders any two writes alike.
+func newerRetained(a, b *Message) bool {
+	if c := a.Created.Compare(b.Created); c != 0 {
+		return c > 0
+	}
+	if a.Origin != b.Origin {
+		return a.Origin > b.Origin
+	}
+	return bytes.Compare(a.Payload, b.Payload) > 0
 }
 
 // retainedNode is one topic level.
@@ -29,25 +66,42 @@ type retainedNode struct {
 func (r *retainedStore) set(m *Message) { r.setWithin(m, 0, 0) }
 
 // setWithin is set within limits of maxN messages and maxBytes bytes (0:
-// none). It reports false, and keeps nothing, when m would take the store
-// over one of them; a message no larger than the one it replaces, and a
-// clearing one, always fit.
-func (r *retainedStore) setWithin(m *Message, maxN, maxBytes int) bool {
+// none). It keeps nothing when m would take the store over one of them
+// (full; a message no larger than the one it replaces, and a clearing one,
+// always fit), or, in a cluster, when the topic holds a later write
+// (stale).
+func (r *retainedStore) setWithin(m *Message, maxN, maxBytes int) setOutcome {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	old := r.lookupLocked(m.Topic)
+	if r.lww {
+		cur := old
+		if cur == nil {
+			cur = r.tombs[m.Topic]
+		}
+		if cur != nil && !newerRetained(m, cur) {
+			return stale
+		}
+	}
 	if len(m.Payload) == 0 {
 		r.clearLocked(m.Topic, nil)
-		return true
+		if r.lww {
+			r.tombLocked(m)
+		}
+		return kept
 	}
 	size := retainedSize(m)
 	if maxN > 0 || maxBytes > 0 {
 		n, bytes := r.n+1, r.bytes+size
-		if old := r.lookupLocked(m.Topic); old != nil {
+		if old != nil {
 			n, bytes = r.n, bytes-retainedSize(old)
 		}
 		if (maxN > 0 && n > maxN && n > r.n) || (maxBytes > 0 && bytes > maxBytes && bytes > r.bytes) {
-			return false
+			return full
 		}
+	}
+	if r.lww {
+		delete(r.tombs, m.Topic)
 	}
 	n := &r.root
 	for rest, more := m.Topic, true; more; {
@@ -70,7 +124,37 @@ func (r *retainedStore) setWithin(m *Message, maxN, maxBytes int) bool {
 	}
 	r.bytes += size
 	n.msg = m
-	return true
+	return kept
+}
+
+// tombLocked remembers a clear, keeping only what it needs to compare.
+func (r *retainedStore) tombLocked(m *Message) {
+	if r.tombs == nil {
+		r.tombs = make(map[string]*Message)
+	}
+	if len(r.tombs) >= maxTombstones {
+		forget := len(r.tombs) / 4
+		for k := range r.tombs {
+			if forget == 0 {
+				break
+			}
+			delete(r.tombs, k)
+			forget--
+		}
+	}
+	r.tombs[m.Topic] = &Message{Topic: m.Topic, Payload: []byte{}, Retain: true, Created: m.Created, Origin: m.Origin}
+}
+
+// snapshot returns every live retained message and every clear
+// remembered, for a node that joins or comes back.
+func (r *retainedStore) snapshot(now time.Time) []*Message {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := r.root.appendAll(nil, now)
+	for _, t := range r.tombs {
+		out = append(out, t)
+	}
+	return out
 }
 
 // lookupLocked returns topic's retained message, or nil.
@@ -209,18 +293,27 @@ func (r *retainedStore) size() int {
 // It reports false when MaxRetainedMessages or MaxRetainedBytes leave no
 // room for it: then nothing is kept or stored, and the caller routes m
 // all the same (the publisher is told 0x97 if it can be).
-func (srv *Server) retain(m *Message) bool {
+func (srv *Server) retain(m *Message) bool { return srv.keepRetained(m) != full }
+
+// keepRetained is retain, telling what became of m.
+func (srv *Server) keepRetained(m *Message) setOutcome {
 	// The stored copy is delivered later with RETAIN set, whatever the
 	// subscription's options; keep the flag on it.
-	if !srv.retained.setWithin(m, srv.opts.MaxRetainedMessages, srv.opts.MaxRetainedBytes) {
+	out := srv.retained.setWithin(m, srv.opts.MaxRetainedMessages, srv.opts.MaxRetainedBytes)
+	switch out {
+	case full:
 		srv.refused(limitRetained, "topic", m.Topic, "origin", m.Origin, "retained", srv.retained.len(),
 			"max_retained_messages", srv.opts.MaxRetainedMessages, "max_retained_bytes", srv.opts.MaxRetainedBytes)
-		return false
+	case stale:
+		// A later write of the topic (another node's) is already here:
+		// the cluster agrees on that one. m is routed all the same.
+		srv.stats.retainedStale.Add(1)
+	default:
+		if st := srv.opts.Store; st != nil {
+			srv.storeErr("save retained", m.Topic, st.SaveRetained(m))
+		}
 	}
-	if st := srv.opts.Store; st != nil {
-		srv.storeErr("save retained", m.Topic, st.SaveRetained(m))
-	}
-	return true
+	return out
 }
 
 // removeExpired drops retained messages whose expiry has passed and returns them.

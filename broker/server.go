@@ -76,6 +76,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.routes = make(map[remoteRoute]*remoteRoute)
 	s.remote = topic.NewIndex[*remoteRoute](0)
+	s.retained.lww = opts.Cluster != nil
 	s.scratch.New = func() any { return new(scratch) }
 	s.outPubs.New = func() any { return new(packet.Publish) }
 	if o.Store != nil {

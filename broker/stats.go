@@ -22,6 +22,8 @@ type counters struct {
 	clusterNotHere   atomic.Uint64
 	handedOver       atomic.Uint64
 	adopted          atomic.Uint64
+	retainedStale    atomic.Uint64
+	retainedIn       atomic.Uint64
 	droppedTooLarge  atomic.Uint64
 	expired          atomic.Uint64
 	expiredSessions  atomic.Uint64
@@ -57,6 +59,8 @@ type Stats struct {
 	ClusterNotHere     uint64 // directed deliveries from other nodes for a client not here
 	SessionsHandedOver uint64 // sessions given to another node where their client resumed them
 	SessionsAdopted    uint64 // sessions taken from another node for a client resuming here
+	RetainedFromPeers  uint64 // retained messages (and clears) other nodes sent that were newer than this node's
+	RetainedStale      uint64 // retained writes not kept: the topic held a later write from another node
 	DroppedTooLarge    uint64 // messages larger than the client's Maximum Packet Size
 	Expired            uint64 // messages whose expiry passed before delivery
 	ExpiredSessions    uint64 // sessions ended by their expiry interval
@@ -100,6 +104,8 @@ func (srv *Server) Stats() Stats {
 		ClusterNotHere:     c.clusterNotHere.Load(),
 		SessionsHandedOver: c.handedOver.Load(),
 		SessionsAdopted:    c.adopted.Load(),
+		RetainedFromPeers:  c.retainedIn.Load(),
+		RetainedStale:      c.retainedStale.Load(),
 		DroppedTooLarge:    c.droppedTooLarge.Load(),
 		Expired:            c.expired.Load(),
 		ExpiredSessions:    c.expiredSessions.Load(),
