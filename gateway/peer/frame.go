@@ -46,8 +46,11 @@ const (
 	// byte (statusAccepted: the result follows; statusError: the error
 	// text follows).
 	kindResult
+	// kindRetain: a retained message (or a clear) for the receiving node
+	// to keep, not to route. Body: the message's binary form.
+	kindRetain
 
-	lastKind = kindResult
+	lastKind = kindRetain
 )
 
 // The status of an answer.
@@ -77,7 +80,7 @@ func appendRecord(dst []byte, r *outRec) []byte {
 	dst = append(dst, byte(r.kind), 0, 0, 0, 0)
 	start := len(dst)
 	switch r.kind {
-	case kindForward:
+	case kindForward, kindRetain:
 		dst = r.msg.AppendBinary(dst)
 	case kindDeliver:
 		dst = binary.AppendUvarint(dst, r.seq)
@@ -161,7 +164,7 @@ func (f *frameReader) next(r *inRec) (bool, error) {
 }
 
 func (r *inRec) decode(b []byte) error {
-	if r.kind == kindForward {
+	if r.kind == kindForward || r.kind == kindRetain {
 		r.body = b
 		return nil
 	}

@@ -255,7 +255,25 @@ func (m *Mesh) Send(peer string, msg *broker.Message) error {
 	if l == nil {
 		return ErrUnknownPeer
 	}
-	return l.send(msg)
+	return l.send(kindForward, msg)
+}
+
+// SendRetained queues a retained message (or the clear of one) for peer
+// to keep, as Send does: best effort, never blocking. The peer's Handler
+// gets it if it is a RetainHandler.
+func (m *Mesh) SendRetained(peer string, msg *broker.Message) error {
+	l := (*m.links.Load())[peer]
+	if l == nil {
+		return ErrUnknownPeer
+	}
+	return l.send(kindRetain, msg)
+}
+
+// RetainHandler is what a Handler may also implement to keep the retained
+// messages peers publish (SendRetained). It is called on the stream's
+// reader, like Forward, and must not block.
+type RetainHandler interface {
+	Retained(from string, m *broker.Message)
 }
 
 // Deliver queues msg for one client of one share group on peer, and
