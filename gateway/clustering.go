@@ -37,6 +37,8 @@ type clustering struct {
 	tr     *countingTransport // the mesh as the glue's transport, counting outcomes
 	ln     net.Listener
 	reg    *registry.Registry
+	stop   context.CancelFunc // ends the retained messages' sync
+	synced chan struct{}      // closed when it has ended
 }
 
 // openCluster prepares what the broker needs before it is made (its
@@ -128,6 +130,13 @@ func (c *clustering) attach(ctx context.Context, cfg *config.Config, version str
 	select {
 	case <-c.reg.Ready():
 		c.node.Reconcile(ctx)
+		var sctx context.Context
+		sctx, c.stop = context.WithCancel(context.Background())
+		c.synced = make(chan struct{})
+		go func() {
+			defer close(c.synced)
+			c.node.SyncRetained(sctx, time.Second)
+		}()
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("cluster: registry not ready: %w", ctx.Err())
@@ -161,6 +170,10 @@ func (c *clustering) checkPeers(context.Context) error {
 // close stops the cluster's parts in the reverse order of their start.
 func (c *clustering) close() error {
 	var errs []error
+	if c.stop != nil {
+		c.stop()
+		<-c.synced
+	}
 	if c.reg != nil {
 		errs = append(errs, c.reg.Close())
 	}

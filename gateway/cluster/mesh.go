@@ -35,8 +35,25 @@ func (t *Mesh) Available(node string) bool { return t.m.Available(node) }
 // SetPeer implements Transport.
 func (t *Mesh) SetPeer(node, addr string) { t.m.SetPeer(node, addr) }
 
-// callHandOver is the mesh call that asks a node for a session.
-const callHandOver = "handover"
+// The mesh calls a node answers: a session's hand-over, and its retained
+// messages.
+const (
+	callHandOver = "handover"
+	callRetained = "retained"
+)
+
+// Retain implements Transport: best effort, counted by the mesh when it
+// cannot be sent.
+func (t *Mesh) Retain(node string, m *broker.Message) { _ = t.m.SendRetained(node, m) }
+
+// RetainedSnapshot implements Transport.
+func (t *Mesh) RetainedSnapshot(ctx context.Context, node string) ([]*broker.Message, error) {
+	b, err := t.m.Call(ctx, node, callRetained, nil)
+	if err != nil {
+		return nil, err
+	}
+	return parseRetained(b)
+}
 
 // HandOver implements Transport.
 func (t *Mesh) HandOver(ctx context.Context, node, clientID string) (*broker.SessionState, error) {
@@ -58,11 +75,17 @@ func (h meshHandler) Forward(from string, m *broker.Message) { h.n.srv.ForwardFr
 
 // Call answers the mesh's calls: a session's hand-over.
 func (h meshHandler) Call(from, method string, arg []byte) ([]byte, error) {
-	if method != callHandOver {
-		return nil, fmt.Errorf("cluster: unknown call %q", method)
+	switch method {
+	case callHandOver:
+		return h.n.HandOver(string(arg)), nil
+	case callRetained:
+		return appendRetained(nil, h.n.srv.RetainedSnapshot()), nil
 	}
-	return h.n.HandOver(string(arg)), nil
+	return nil, fmt.Errorf("cluster: unknown call %q", method)
 }
+
+// Retained keeps a retained message another node published.
+func (h meshHandler) Retained(from string, m *broker.Message) { h.n.srv.RetainFrom(from, m) }
 
 // Deliver queues m to the member's session and answers once it is there
 // (and stored, for a persistent session).

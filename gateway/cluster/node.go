@@ -11,7 +11,10 @@ package cluster
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"slices"
 	"log/slog"
 	"sync"
 	"time"
@@ -37,6 +40,12 @@ type Transport interface {
 	// it here; node closes the client's connection there. It returns nil
 	// without an error when node has no such session.
 	HandOver(ctx context.Context, node, clientID string) (*broker.SessionState, error)
+	// Retain sends a retained message (or a clear) to node to keep, best
+	// effort.
+	Retain(node string, m *broker.Message)
+	// RetainedSnapshot asks node for every retained message it holds and
+	// the clears it remembers.
+	RetainedSnapshot(ctx context.Context, node string) ([]*broker.Message, error)
 }
 
 // Node is this gateway's part of the cluster. Make it with New, give it
@@ -216,6 +225,94 @@ func (n *Node) Reconcile(ctx context.Context) {
 		}
 	}
 	wg.Wait()
+}
+
+// Retain implements broker.Cluster: the message goes to every other node
+// of the registry but those in skip.
+func (n *Node) Retain(m *broker.Message, skip []string) {
+	for _, node := range n.reg.Nodes() {
+		if node.Name != n.self && !slices.Contains(skip, node.Name) {
+			n.tr.Retain(node.Name, m)
+		}
+	}
+}
+
+// SyncRetained keeps this node's retained messages in step with the other
+// nodes' until ctx ends: whenever another node becomes reachable (it
+// joined, this node started, a partition healed), its snapshot is merged
+// here, the later write of each topic winning. Each side pulls from the
+// other, so both end up with the union.
+func (n *Node) SyncRetained(ctx context.Context, every time.Duration) {
+	synced := map[string]bool{}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		seen := map[string]bool{}
+		for _, node := range n.reg.Nodes() {
+			name := node.Name
+			if name == n.self {
+				continue
+			}
+			seen[name] = true
+			if !n.tr.Available(name) {
+				synced[name] = false
+				continue
+			}
+			if synced[name] {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			ms, err := n.tr.RetainedSnapshot(cctx, name)
+			cancel()
+			if err != nil {
+				n.log.Warn("pulling the retained messages of a node", "node", name, "err", err)
+				continue // again at the next tick
+			}
+			kept := n.srv.MergeRetained(ms)
+			synced[name] = true
+			n.log.Info("retained messages merged from a node", "node", name, "received", len(ms), "kept", kept)
+		}
+		for name := range synced {
+			if !seen[name] {
+				delete(synced, name)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// appendRetained encodes a retained snapshot: each message's binary form
+// behind its length.
+func appendRetained(dst []byte, ms []*broker.Message) []byte {
+	var body []byte
+	for _, m := range ms {
+		body = m.AppendBinary(body[:0])
+		dst = binary.AppendUvarint(dst, uint64(len(body)))
+		dst = append(dst, body...)
+	}
+	return dst
+}
+
+// parseRetained decodes what appendRetained made.
+func parseRetained(b []byte) ([]*broker.Message, error) {
+	var out []*broker.Message
+	for len(b) > 0 {
+		l, n := binary.Uvarint(b)
+		if n <= 0 || l > uint64(len(b)-n) {
+			return nil, errors.New("cluster: malformed retained snapshot")
+		}
+		m, err := broker.UnmarshalMessage(b[n : n+int(l)])
+		if err != nil {
+			return nil, fmt.Errorf("cluster: retained snapshot: %w", err)
+		}
+		out = append(out, m)
+		b = b[n+int(l):]
+	}
+	return out, nil
 }
 
 // HandOver gives a session this node holds to the node where its client

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/broker/packet"
@@ -81,6 +83,25 @@ func (t *memTransport) Deliver(to broker.RemoteMember, m *broker.Message, done f
 }
 
 func (t *memTransport) Available(node string) bool { return t.peer(node) != nil }
+
+func (t *memTransport) Retain(node string, m *broker.Message) {
+	if p := t.peer(node); p != nil {
+		t.wg.Add(1)
+		go func() { defer t.wg.Done(); p.RetainFrom(t.self, m.Clone()) }()
+	}
+}
+
+func (t *memTransport) RetainedSnapshot(_ context.Context, node string) ([]*broker.Message, error) {
+	p := t.peer(node)
+	if p == nil {
+		return nil, errors.New("no such peer")
+	}
+	var out []*broker.Message
+	for _, m := range p.RetainedSnapshot() {
+		out = append(out, m.Clone())
+	}
+	return out, nil
+}
 
 // HandOver goes through the session's binary form, as over the network.
 func (t *memTransport) HandOver(_ context.Context, node, clientID string) (*broker.SessionState, error) {
@@ -509,36 +530,89 @@ func startGRPCNodes(t *testing.T, n int) ([]*gw, []*peer.Mesh) {
 	var gws []*gw
 	var meshes []*peer.Mesh
 	for i := 1; i <= n; i++ {
-		name := fmt.Sprint("n", i)
-		node := cluster.New(name, nil, nil)
-		mesh, err := peer.New(peer.Options{Node: name, Cluster: "test", Handler: cluster.MeshHandler(node)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { mesh.Close() })
-		meshes = append(meshes, mesh)
-		node.SetTransport(cluster.NewMesh(mesh))
-		s := brokertest.Start(t, broker.Options{Cluster: node}, nil)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		reg, err := registry.New(registry.Options{Client: cli, Node: name, Prefix: prefix, Addr: ln.Addr().String(), OnEvent: node.HandleEvent})
-		if err != nil {
-			t.Fatal(err)
-		}
-		node.Attach(reg, s.Server)
-		if err := mesh.Start(ln); err != nil {
-			t.Fatal(err)
-		}
-		if err := reg.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { reg.Close() })
-		<-reg.Ready()
-		gws = append(gws, &gw{Server: s, reg: reg})
+		g, mesh := startGRPCNode(t, cli, prefix, fmt.Sprint("n", i))
+		gws, meshes = append(gws, g), append(meshes, mesh)
 	}
 	return gws, meshes
+}
+
+// startGRPCNode starts one gateway of a gRPC cluster, syncing its retained
+// messages as the gateway does.
+func startGRPCNode(t *testing.T, cli *clientv3.Client, prefix, name string) (*gw, *peer.Mesh) {
+	t.Helper()
+	node := cluster.New(name, nil, nil)
+	mesh, err := peer.New(peer.Options{Node: name, Cluster: "test", Handler: cluster.MeshHandler(node)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mesh.Close() })
+	node.SetTransport(cluster.NewMesh(mesh))
+	s := brokertest.Start(t, broker.Options{Cluster: node}, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := registry.New(registry.Options{Client: cli, Node: name, Prefix: prefix, Addr: ln.Addr().String(), OnEvent: node.HandleEvent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Attach(reg, s.Server)
+	if err := mesh.Start(ln); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	<-reg.Ready()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); node.SyncRetained(ctx, 50*time.Millisecond) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &gw{Server: s, reg: reg}, mesh
+}
+
+// retainedAt reads topic's retained message on g through a fresh
+// subscriber: its payload, or "" when there is none.
+func retainedAt(t *testing.T, g *gw, topic string) string {
+	t.Helper()
+	c, _ := brokertest.Connect(t, g.Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("peek"), CleanStart: true})
+	defer c.Conn.Close()
+	c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte(topic), QoS: 1}}})
+	return next(c, 100*time.Millisecond)
+}
+
+// TestRetainedAcrossNodes: a retained message published on one node is
+// kept by every node, over the real mesh; a node that joins later pulls it
+// with the others' snapshot; a clear reaches every node too.
+func TestRetainedAcrossNodes(t *testing.T) {
+	cli := shared.Client(t)
+	prefix := etcdtest.Prefix(t)
+	n1, _ := startGRPCNode(t, cli, prefix, "n1")
+	n2, m2 := startGRPCNode(t, cli, prefix, "n2")
+	brokertest.Eventually(t, 15*time.Second, "node 2's stream to node 1 up", func() bool { return m2.Available("n1") })
+	pub, _ := brokertest.Connect(t, n1.Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("pub"), CleanStart: true})
+	pub.Publish(&packet.Publish{Topic: []byte("line/1/recipe"), QoS: 1, PacketID: 1, Retain: true, Payload: []byte("r42")})
+	pub.Expect(packet.PUBACK, nil)
+	brokertest.Eventually(t, 15*time.Second, "node 2 keeps the retained message", func() bool {
+		return retainedAt(t, n2, "line/1/recipe") == "r42"
+	})
+
+	n3, _ := startGRPCNode(t, cli, prefix, "n3")
+	brokertest.Eventually(t, 15*time.Second, "node 3, joining later, has it from a snapshot", func() bool {
+		return retainedAt(t, n3, "line/1/recipe") == "r42"
+	})
+
+	pub.Publish(&packet.Publish{Topic: []byte("line/1/recipe"), QoS: 1, PacketID: 2, Retain: true, Payload: []byte{}})
+	pub.Expect(packet.PUBACK, nil)
+	for i, g := range []*gw{n2, n3} {
+		brokertest.Eventually(t, 15*time.Second, fmt.Sprintf("node %d cleared it", i+2), func() bool {
+			return retainedAt(t, g, "line/1/recipe") == ""
+		})
+	}
+	if st := n3.Stats(); st.RetainedFromPeers < 2 {
+		t.Errorf("node 3 took %d retained writes from its peers, want 2 (the snapshot's and the clear)", st.RetainedFromPeers)
+	}
 }
 
 // TestSessionHandOverOverGRPC moves a session with queued messages between
