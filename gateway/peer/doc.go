@@ -77,8 +77,9 @@
 //   - silent hang (SIGSTOP, a pulled cable, a reader stuck in a handler):
 //     Available turns false within PingInterval + PingTimeout = 1.5 s of
 //     the hang starting, within the 3 s the cluster design asks for;
-//     deliveries already sent complete with ErrTimeout DeliverTimeout
-//     after they were queued; gRPC's keep alive tears the connection
+//     deliveries already sent complete with ErrTimeout at the same moment
+//     (the missed pong), or DeliverTimeout after they were queued if that
+//     comes first; gRPC's keep alive tears the connection
 //     down after 10 s + 5 s of silence (KeepaliveTime, KeepaliveTimeout);
 //   - recovery: a peer back on the same stream is available again within
 //     OpenTimeout + PingInterval + one round trip of answering; a peer

@@ -253,7 +253,7 @@ func (l *link) end(s *session, err error) {
 	s.s.Close()
 	var dropped uint64
 	for i := range q {
-		if q[i].kind == kindForward {
+		if q[i].kind == kindForward || q[i].kind == kindRetain {
 			dropped++
 		}
 	}
@@ -271,8 +271,8 @@ func (l *link) end(s *session, err error) {
 	l.log.Warn("peer stream down", "err", err, "pending", len(pend), "dropped", dropped)
 }
 
-// send queues an ordinary forward.
-func (l *link) send(msg *broker.Message) error {
+// send queues an ordinary forward, or (kindRetain) a retained message.
+func (l *link) send(k kind, msg *broker.Message) error {
 	if !l.available() {
 		l.c.rejected.Add(1)
 		return ErrUnavailable
@@ -289,7 +289,7 @@ func (l *link) send(msg *broker.Message) error {
 		l.c.rejected.Add(1)
 		return ErrQueueFull
 	}
-	l.q = append(l.q, outRec{kind: kindForward, msg: msg})
+	l.q = append(l.q, outRec{kind: k, msg: msg})
 	l.mu.Unlock()
 	s.signal()
 	return nil
@@ -497,6 +497,15 @@ func (l *link) dispatch(s *session, frame []byte) error {
 			}
 			to := Target{Group: string(r.to[0]), Filter: string(r.to[1]), Client: string(r.to[2])}
 			h.Deliver(l.name, to, m, rep)
+		case kindRetain:
+			m, err := broker.UnmarshalMessage(r.body)
+			if err != nil {
+				l.c.malformed.Add(1)
+				continue
+			}
+			if rh, ok := h.(RetainHandler); ok {
+				rh.Retained(l.name, m)
+			}
 		case kindAnswer:
 			l.answered(s, r.seq, r.status, r.body)
 		case kindPing:
@@ -626,7 +635,8 @@ func (l *link) sendPing(s *session) {
 }
 
 // expire completes the deliveries past their deadline with ErrTimeout,
-// and a ping past its deadline opens the breaker. out is scratch space.
+// and a ping past its deadline opens the breaker and completes every
+// delivery waiting (ErrTimeout). out is scratch space.
 func (l *link) expire(s *session, out []pending) []pending {
 	now := time.Now()
 	l.mu.Lock()
@@ -634,8 +644,16 @@ func (l *link) expire(s *session, out []pending) []pending {
 		l.mu.Unlock()
 		return out
 	}
-	out = l.fl.expire(now, out)
 	missed := l.ping.out && !now.Before(l.ping.deadline)
+	if missed {
+		// The peer stopped answering: what waits on it fails now, not
+		// at each delivery's own deadline, so the publishers' turns pass
+		// on within the ping timeout. An answer that still comes is late
+		// (counted; an accepted one is a duplicate).
+		out = l.fl.drain(out)
+	} else {
+		out = l.fl.expire(now, out)
+	}
 	var probe func(error)
 	if missed {
 		probe = l.ping.report
