@@ -324,7 +324,7 @@ func clusterFault(t *testing.T, fault string) {
 	var before []time.Duration
 	var sentAt, ackAt []time.Time
 	for i := range p1.sentAt {
-		if p1.sentAt[i].Before(at) {
+		if p1.ackAt[i].Before(at) {
 			before = append(before, p1.ackAt[i].Sub(p1.sentAt[i]))
 		} else {
 			sentAt, ackAt = append(sentAt, p1.sentAt[i]), append(ackAt, p1.ackAt[i])
