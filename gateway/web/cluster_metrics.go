@@ -115,6 +115,10 @@ func newClusterCollector(s *Server) *clusterCollector {
 	bs("delivers_total", "Directed deliveries to share-group members on other nodes.", func(s *broker.Stats) float64 { return float64(s.ClusterDelivers) })
 	bs("repicks_total", "Directed deliveries that failed (not here, timeout, broken) and were picked again.", func(s *broker.Stats) float64 { return float64(s.ClusterRepicks) })
 	bs("not_here_total", "Directed deliveries from other nodes for a client not here.", func(s *broker.Stats) float64 { return float64(s.ClusterNotHere) })
+	bs("sessions_handed_over_total", "Sessions given to another node where their client resumed them.", func(s *broker.Stats) float64 { return float64(s.SessionsHandedOver) })
+	bs("sessions_adopted_total", "Sessions taken from another node for a client resuming here.", func(s *broker.Stats) float64 { return float64(s.SessionsAdopted) })
+	bs("retained_from_peers_total", "Retained messages and clears from other nodes kept here (later writes than this node's).", func(s *broker.Stats) float64 { return float64(s.RetainedFromPeers) })
+	bs("retained_stale_total", "Retained writes not kept because the topic held a later write from another node.", func(s *broker.Stats) float64 { return float64(s.RetainedStale) })
 
 	c.regState = newMetric("cluster_registry_state", "1 for the registry's current state (starting, healthy, degraded, closed), 0 for the others.", gauge, "state")
 	rs := func(name, help string, kind prometheus.ValueType, f func(*RegistryStats) float64) {
