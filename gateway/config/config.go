@@ -111,6 +111,9 @@ type Config struct {
 	// out (no cluster.listen), the gateway is standalone and needs no etcd.
 	Cluster Cluster `yaml:"cluster"`
 
+	// Bridges are uplinks to site or cloud brokers (bridge.go, docs/bridge.md).
+	Bridges []Bridge `yaml:"bridges"`
+
 	// src records where each value came from (file and line, or a flag),
 	// for error messages. Nil for a Config built in code.
 	src *source

@@ -31,6 +31,9 @@ type batch struct {
 	// bodies holds the body of every shared message saved in this batch,
 	// for the commit to store if the file does not have it yet.
 	bodies map[uint64]body
+	// queues holds store-and-forward queue changes (queue.go): queue name
+	// -> Seq -> entry; nil deletes.
+	queues map[string]map[uint64][]byte
 	// repair asks the commit to recount references and drop what nothing
 	// refers to (Load found the file inconsistent).
 	repair bool
@@ -62,11 +65,12 @@ func newBatch() *batch {
 		clients:  make(map[string]*clientBatch),
 		retained: make(map[string][]byte),
 		bodies:   make(map[uint64]body),
+		queues:   make(map[string]map[uint64][]byte),
 	}
 }
 
 func (b *batch) empty() bool {
-	return len(b.clients) == 0 && len(b.retained) == 0 && !b.repair
+	return len(b.clients) == 0 && len(b.retained) == 0 && len(b.queues) == 0 && !b.repair
 }
 
 // clear empties b for reuse, keeping its maps' storage.
@@ -74,6 +78,7 @@ func (b *batch) clear() {
 	clear(b.clients)
 	clear(b.retained)
 	clear(b.bodies)
+	clear(b.queues)
 	b.repair = false
 	b.ops = 0
 }
@@ -228,6 +233,11 @@ func (b *batch) absorb(newer *batch) int {
 	for id, bd := range newer.bodies {
 		b.bodies[id] = bd
 	}
+	for q, es := range newer.queues {
+		for seq, v := range es {
+			replaced += b.saveQueued(q, seq, v)
+		}
+	}
 	if newer.repair {
 		replaced += b.setRepair()
 	}
@@ -337,6 +347,9 @@ func (b *batch) apply(tx *bbolt.Tx, w *written) error {
 		w.put(key, v)
 	}
 	if err := applyRefs(tx, w, refs, b.bodies); err != nil {
+		return err
+	}
+	if err := applyQueues(tx, w, b.queues); err != nil {
 		return err
 	}
 	if b.repair {
