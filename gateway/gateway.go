@@ -386,7 +386,12 @@ func (g *Gateway) newWeb(tracker *web.Tracker, version string) (*web.Server, err
 	if g.cfg.MQTT.SysInterval != nil {
 		sys = time.Duration(*g.cfg.MQTT.SysInterval)
 	}
+	var login *web.Login
+	if g.cfg.HTTPLoginRequired() {
+		login = &web.Login{Verifier: g.auth, Users: g.cfg.HTTP.Users}
+	}
 	return web.New(web.Options{
+		Login:   login,
 		Broker:  g.srv,
 		Health:  g.health,
 		Tracker: tracker,
@@ -601,10 +606,14 @@ func (g *Gateway) closeListeners() {
 }
 
 // Reload reads the password and ACL files and the listeners' certificates
-// again (on SIGHUP). Connected clients stay; a file that no longer reads
-// leaves the previous one in force and is reported.
+// again (on SIGHUP), for MQTT and the status page's login alike. Connected
+// clients stay; a file that no longer reads leaves the previous one in
+// force and is reported.
 func (g *Gateway) Reload() error {
 	errs := []error{g.auth.Reload()}
+	if g.web != nil {
+		g.web.ForgetLogins() // the status page's logins are checked again
+	}
 	for _, l := range g.extra {
 		errs = append(errs, l.Reload())
 	}

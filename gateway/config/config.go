@@ -312,6 +312,30 @@ type HTTP struct {
 	// Listen is the TCP address, host:port. Nil means the default ":8080";
 	// an empty string disables the listener.
 	Listen *string `yaml:"listen"`
+
+	// Login is whether the page, the API and /metrics ask for a user name
+	// and password from auth.password_file (HTTP Basic authentication):
+	// required or off. Empty, the default, is required when a password
+	// file is configured and off otherwise. /healthz and /readyz never
+	// ask. See [Config.HTTPLoginRequired].
+	Login HTTPLogin `yaml:"login"`
+
+	// Users are the users of auth.password_file who may log in to the
+	// status page; the others get 403 Forbidden. Empty: every user of the
+	// file. Only with the login required.
+	Users []string `yaml:"users"`
+}
+
+// HTTPLoginRequired reports whether the HTTP side asks for a login:
+// http.login: required, or left out with auth.password_file set.
+func (c *Config) HTTPLoginRequired() bool {
+	switch c.HTTP.Login {
+	case HTTPLoginRequired:
+		return true
+	case HTTPLoginOff:
+		return false
+	}
+	return c.Auth.PasswordFile != ""
 }
 
 // SharedSubscriptions configures share groups.

@@ -246,6 +246,27 @@ func (o Overload) check() error {
 	return fmt.Errorf("unknown value %q (valid: %s, %s)", string(o), broker.OverloadBackpressure, broker.OverloadDropOldest)
 }
 
+// HTTPLogin is http.login: whether the status page asks for a login.
+type HTTPLogin string
+
+// The values of HTTPLogin; the zero value is "required with a password
+// file, off without".
+const (
+	HTTPLoginRequired HTTPLogin = "required"
+	HTTPLoginOff      HTTPLogin = "off"
+)
+
+// UnmarshalYAML reads required or off.
+func (l *HTTPLogin) UnmarshalYAML(n *yaml.Node) error { return decodeWord(n, l, HTTPLogin.check) }
+
+func (l HTTPLogin) check() error {
+	switch l {
+	case "", HTTPLoginRequired, HTTPLoginOff:
+		return nil
+	}
+	return fmt.Errorf("unknown value %q (valid: %s, %s)", string(l), HTTPLoginRequired, HTTPLoginOff)
+}
+
 // SyncMode is storage.sync, a bolt.SyncMode: always, batch (the default,
 // and the zero value) or none. It is a type of its own only to give
 // bolt.SyncMode an UnmarshalYAML; convert it with bolt.SyncMode(m).

@@ -87,6 +87,7 @@ func (c *Config) Validate() error {
 	}
 
 	v.addr("http.listen", *e.HTTP.Listen)
+	v.httpLogin(c)
 
 	h, dh := &c.Health, &d.Health
 	limit(&v, "health.probe_interval", h.ProbeInterval, dh.ProbeInterval, bounds[Duration]{Duration(100 * time.Millisecond), 0, false})
@@ -330,6 +331,30 @@ func (v *validator) cluster(c *Cluster) {
 	for i, ep := range e.Endpoints {
 		if !strings.Contains(ep, "://") {
 			v.fail(fmt.Sprintf("cluster.etcd.endpoints[%d]", i), fmt.Errorf("%q is not a URL (http://host:2379)", ep))
+		}
+	}
+}
+
+// httpLogin checks http.login and http.users: a login needs a password
+// file to check against, and the users list needs a login.
+func (v *validator) httpLogin(c *Config) {
+	h := &c.HTTP
+	v.check("http.login", h.Login.check())
+	if h.Login == HTTPLoginRequired && c.Auth.PasswordFile == "" {
+		v.fail("http.login", errors.New("required needs auth.password_file: the login checks its users and passwords"))
+	}
+	if len(h.Users) > 0 && !c.HTTPLoginRequired() {
+		v.fail("http.users", errors.New("has no effect without a login (auth.password_file, and http.login not off)"))
+	}
+	first := make(map[string]int)
+	for i, u := range h.Users {
+		key := fmt.Sprintf("http.users[%d]", i)
+		if err := auth.CheckUsername(u); err != nil {
+			v.fail(key, err)
+		} else if j, dup := first[u]; dup {
+			v.fail(key, fmt.Errorf("%q repeats http.users[%d]", u, j))
+		} else {
+			first[u] = i
 		}
 	}
 }

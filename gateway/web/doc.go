@@ -19,6 +19,15 @@
 //
 // docs/api.md documents every field.
 //
+// # Login
+//
+// With Options.Login everything but /healthz and /readyz asks for HTTP
+// Basic credentials, checked by a [Verifier] (gateway/auth's
+// Authenticator: the password file, its constant-time check and its
+// throttle of failing addresses): 401 without or with wrong ones, 403 for
+// a user outside Login.Users, 429 for an address throttled. A verified
+// login is remembered for a minute, or until ForgetLogins.
+//
 // # Model
 //
 // Counters come from the broker at request time (broker.Server.Stats,

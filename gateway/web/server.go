@@ -54,6 +54,10 @@ type Options struct {
 	// gateway, which then exports none of them.
 	ClusterStats func() ClusterStats
 
+	// Login, when set, makes everything but /healthz and /readyz ask for
+	// a login (HTTP Basic authentication); nil serves everyone.
+	Login *Login
+
 	// SysInterval is how often $SYS/broker/... is published; 0 disables
 	// it.
 	SysInterval time.Duration
@@ -143,6 +147,7 @@ type Server struct {
 	mux     *http.ServeMux
 	metrics *prometheus.Registry
 	ready   atomic.Bool
+	logins  *loginState // nil without Options.Login
 
 	mu      sync.Mutex // guards the sampler's state below
 	sampled samplerState
@@ -157,14 +162,20 @@ type Server struct {
 	shutdown bool
 }
 
-// ErrNoBroker is returned by New without Options.Broker.
-var ErrNoBroker = errors.New("web: Options.Broker is required")
+// Errors of New.
+var (
+	ErrNoBroker   = errors.New("web: Options.Broker is required")
+	ErrNoVerifier = errors.New("web: Options.Login needs a Verifier")
+)
 
 // New returns a server for opts. It starts nothing: call Start for the
 // sampler and $SYS, and Serve (or use the Server as an http.Handler).
 func New(opts Options) (*Server, error) {
 	if opts.Broker == nil {
 		return nil, ErrNoBroker
+	}
+	if opts.Login != nil && opts.Login.Verifier == nil {
+		return nil, ErrNoVerifier
 	}
 	o := opts.withDefaults()
 	s := &Server{
@@ -176,6 +187,9 @@ func New(opts Options) (*Server, error) {
 		https: make(map[*http.Server]struct{}),
 	}
 	s.sampled.init()
+	if o.Login != nil {
+		s.logins = newLoginState()
+	}
 	s.metrics = prometheus.NewRegistry()
 	if err := s.registerMetrics(); err != nil {
 		return nil, err
@@ -316,7 +330,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// ServeHTTP serves the page, the API, /metrics and the probes.
+// ServeHTTP serves the page, the API, /metrics and the probes, the first
+// three behind the login when Options.Login is set.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	// The page loads nothing from elsewhere; say so, so a browser refuses
@@ -324,6 +339,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
+	if s.logins != nil && !openPath(r.URL.Path) && !s.authorize(w, r) {
+		return
+	}
 	s.mux.ServeHTTP(w, r)
 }
 
