@@ -347,6 +347,22 @@ func (srv *Server) Adopt(st *SessionState) error {
 	return nil
 }
 
+// Drop forgets the session Adopt installed for clientID when the claim
+// that was to follow failed: its records go, and its messages are not
+// handed to other members, since the node it came from still has them
+// (and hands them over again at the client's next attempt).
+func (srv *Server) Drop(clientID string) {
+	srv.mu.Lock()
+	sess := srv.sessions[clientID]
+	if sess != nil {
+		delete(srv.sessions, clientID)
+	}
+	srv.mu.Unlock()
+	if sess != nil {
+		srv.discard(sess)
+	}
+}
+
 // discard drops a session superseded by one handed over: its connection is
 // closed (0x8E), its subscriptions stop routing, and its records are
 // deleted, without handing its messages to other members or publishing

@@ -170,6 +170,7 @@ func (n *Node) Unsubscribed(clientID, filter string) broker.Registration {
 // If the old node cannot hand it over, the CONNECT is refused (0x88)
 // rather than served an empty session.
 func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool) error {
+	adopted := false
 	if o, ok := n.reg.SessionOwner(clientID); ok && o.Node != n.self && !cleanStart {
 		st, err := n.tr.HandOver(ctx, o.Node, clientID)
 		if err != nil {
@@ -177,11 +178,19 @@ func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool) erro
 		}
 		if st != nil {
 			if err := n.srv.Adopt(st); err != nil {
+				n.srv.Drop(clientID)
 				return fmt.Errorf("cluster: storing the session handed over from %s: %w", o.Node, err)
 			}
+			adopted = true
 		}
 	}
 	_, err := n.reg.ClaimSession(ctx, clientID)
+	if err != nil && adopted && ctx.Err() == nil {
+		// Another node claimed the client meanwhile: the state stays with
+		// the node that handed it over, which gives it again to whoever
+		// wins.
+		n.srv.Drop(clientID)
+	}
 	if err != nil && ctx.Err() != nil {
 		// etcd did not answer in time (a leader election, a partition):
 		// the node keeps serving on its last copy, which shows no other
