@@ -37,6 +37,7 @@ type clustering struct {
 	tr     *countingTransport // the mesh as the glue's transport, counting outcomes
 	ln     net.Listener
 	reg    *registry.Registry
+	etcd   *etcdStatus        // the status page's cached etcd figures
 	stop   context.CancelFunc // ends the retained messages' sync
 	synced chan struct{}      // closed when it has ended
 }
@@ -126,6 +127,7 @@ func (c *clustering) attach(ctx context.Context, cfg *config.Config, version str
 	if err := c.reg.Start(); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
+	c.etcd = startEtcdStatus(c.cli)
 	log.Info("waiting for the cluster registry", "node", cfg.NodeID, "cluster", cfg.Cluster.Name, "transport", addr)
 	select {
 	case <-c.reg.Ready():
@@ -173,6 +175,9 @@ func (c *clustering) close() error {
 	if c.stop != nil {
 		c.stop()
 		<-c.synced
+	}
+	if c.etcd != nil {
+		c.etcd.close()
 	}
 	if c.reg != nil {
 		errs = append(errs, c.reg.Close())

@@ -437,15 +437,7 @@ func (g *Gateway) clusterStatus() func() any {
 	if g.cluster == nil {
 		return nil
 	}
-	return func() any {
-		c := g.cluster
-		state, why := c.reg.State()
-		out := map[string]any{"cluster": g.cfg.Cluster.Name, "state": state.String(), "nodes": c.reg.Nodes(), "peers": c.mesh.Stats()}
-		if why != nil {
-			out["reason"] = why.Error()
-		}
-		return out
-	}
+	return func() any { return g.clusterPanel() }
 }
 
 // hwStatus is the hardware panel of the status page.

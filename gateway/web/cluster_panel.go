@@ -1,0 +1,80 @@
+package web
+
+import "time"
+
+// ClusterPanel is the cluster panel of a clustered gateway, as the page
+// shows it and /api/v1/cluster returns it (with "configured": true). The
+// gateway fills it from the registry, the node-to-node mesh and a cached
+// etcd status, so this package imports none of them; Options.Cluster
+// returns one.
+type ClusterPanel struct {
+	Cluster  string          `json:"cluster"` // cluster.name
+	Node     string          `json:"node"`    // this node's name
+	Nodes    []ClusterNode   `json:"nodes"`   // every registered node, this one included, by name
+	Registry ClusterRegistry `json:"registry"`
+	Etcd     EtcdStatus      `json:"etcd"`
+}
+
+// ClusterNode is one node of the cluster: from the registry (name,
+// address, version) and, for another node, this node's stream to it.
+type ClusterNode struct {
+	Name    string `json:"name"`
+	Address string `json:"address"` // its node-to-node transport
+	Version string `json:"version"`
+	Self    bool   `json:"self"`
+	// Health is "ok", "degraded" or "failed": this node's own health, or
+	// for another node whether deliveries can go to it ("degraded" when
+	// its stream is down or its breaker not closed); Reason says why.
+	Health string `json:"health"`
+	Reason string `json:"reason"`
+	// The stream to another node (zero for this one and for a node the
+	// mesh does not know yet).
+	Connected     bool    `json:"connected"`
+	Available     bool    `json:"available"`
+	Breaker       string  `json:"breaker"` // "closed", "half-open", "open"; "" for this node
+	BreakerOpens  uint64  `json:"breaker_opens"`
+	RTTSeconds    float64 `json:"rtt_seconds"` // last ping's round trip
+	RTTMaxSeconds float64 `json:"rtt_max_seconds"`
+	Queued        int     `json:"queued"`
+	InFlight      int     `json:"in_flight"`
+	LastError     string  `json:"last_error"`
+}
+
+// ClusterRegistry is this node's side of the etcd registry.
+type ClusterRegistry struct {
+	State         string  `json:"state"` // starting, healthy, degraded, closed
+	Reason        string  `json:"reason"`
+	Revision      int64   `json:"revision"`
+	LagSeconds    float64 `json:"lag_seconds"` // of this node's last write
+	LagMaxSeconds float64 `json:"lag_max_seconds"`
+	QueuedWrites  int     `json:"queued_writes"`
+	Nodes         int     `json:"nodes"`
+	Routes        int     `json:"routes"`
+	Members       int     `json:"members"`
+	Sessions      int     `json:"sessions"`
+}
+
+// EtcdStatus is the etcd cluster as last polled (in the background: a
+// request never waits for etcd).
+type EtcdStatus struct {
+	// Healthy: every endpoint answered and they agree on a leader.
+	Healthy bool   `json:"healthy"`
+	Leader  string `json:"leader"` // the leader member's name ("" when none is known)
+	// Checked is when the figures were taken; zero before the first poll.
+	Checked   time.Time      `json:"checked"`
+	Error     string         `json:"error"` // why the poll failed as a whole (member list)
+	Endpoints []EtcdEndpoint `json:"endpoints"`
+}
+
+// EtcdEndpoint is one etcd endpoint's Status answer.
+type EtcdEndpoint struct {
+	Endpoint    string  `json:"endpoint"`
+	Member      string  `json:"member"` // the member's name
+	Leader      bool    `json:"leader"` // this member is the leader
+	Version     string  `json:"version"`
+	DBSizeBytes int64   `json:"db_size_bytes"`
+	RaftTerm    uint64  `json:"raft_term"`
+	RaftIndex   uint64  `json:"raft_index"`
+	RTTSeconds  float64 `json:"rtt_seconds"` // how long its Status took
+	Error       string  `json:"error"`
+}
