@@ -97,9 +97,10 @@ type Config struct {
 	// HW says where the LEDs and the watchdogs are; see package hw.
 	HW hw.Config `yaml:"hw"`
 
-	// Listeners are MQTT listeners beyond mqtt.listen (or instead of it,
-	// when that is ""): TCP, TLS, WebSocket and secure WebSocket, each with
-	// its own connection limit (docs/security.md).
+	// Listeners are MQTT listeners: TCP, TLS, WebSocket and secure
+	// WebSocket, each with its own connection limit (docs/security.md). A
+	// file that lists them opens them instead of the default mqtt.listen,
+	// unless mqtt.listen (or -mqtt-listen) is given as well.
 	Listeners listen.Configs `yaml:"listeners"`
 
 	// Auth decides who may connect and what they may publish and subscribe

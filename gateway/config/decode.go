@@ -144,6 +144,13 @@ func Parse(data []byte, name string) (*Config, error) {
 	// A key given no value (`listen:`) set its pointer to nil: point it at
 	// the default again, so that readers of a parsed Config find a value.
 	fill(reflect.ValueOf(c).Elem(), reflect.ValueOf(Default()).Elem(), false)
+	if len(c.Listeners) > 0 && !c.src.has("mqtt.listen") {
+		// A file that lists its listeners means those: the default plain
+		// listener on :1883 is not opened beside them (as Mosquitto's
+		// listener lines replace its default port), unless mqtt.listen or
+		// -mqtt-listen asks for it too.
+		c.MQTT.Listen = new("")
+	}
 	return c, nil
 }
 
