@@ -56,6 +56,10 @@ type conn struct {
 
 	pubRate rateBucket // the reader's bucket for MaxPublishRate (limits.go)
 
+	// maxIn is the largest packet accepted from the client: the broker's
+	// MaxPacketSize, or its listener's if smaller (ListenerLimits).
+	maxIn int
+
 	// The acknowledgements on their way out, in order, once one had to
 	// wait (sendAcks); nil until then, so an idle connection pays nothing.
 	acks atomic.Pointer[ackQueue]
@@ -93,7 +97,7 @@ type conn struct {
 }
 
 func newConn(srv *Server, nc net.Conn) *conn {
-	return &conn{
+	c := &conn{
 		srv:         srv,
 		nc:          nc,
 		version:     packet.V311,
@@ -101,7 +105,14 @@ func newConn(srv *Server, nc net.Conn) *conn {
 		problemInfo: true,
 		parkFD:      -1,
 		wdone:       make(chan struct{}),
+		maxIn:       srv.opts.MaxPacketSize,
 	}
+	if ll, ok := nc.(ListenerLimits); ok {
+		if n := ll.MaxPacketSize(); n > 0 {
+			c.maxIn = min(c.maxIn, n)
+		}
+	}
+	return c
 }
 
 // errKeepAlive is the cause recorded when a client stays silent for longer
@@ -302,7 +313,7 @@ func grow(buf []byte, n int) []byte {
 func (c *conn) frames(buf []byte) (int, error) {
 	off := 0
 	for off < len(buf) {
-		h, hl, err := packet.ReadFrame(buf[off:], c.srv.opts.MaxPacketSize)
+		h, hl, err := packet.ReadFrame(buf[off:], c.maxIn)
 		if err != nil {
 			return off, err
 		}

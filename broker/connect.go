@@ -127,7 +127,7 @@ func (c *conn) handleConnect(body []byte) error {
 			pr.Set(packet.PropReceiveMaximum)
 			pr.ReceiveMaximum = opts.ReceiveMaximum
 			pr.Set(packet.PropMaximumPacketSize)
-			pr.MaximumPacketSize = uint32(opts.MaxPacketSize)
+			pr.MaximumPacketSize = uint32(c.maxIn)
 			if opts.TopicAliasMaximum > 0 {
 				pr.Set(packet.PropTopicAliasMaximum)
 				pr.TopicAliasMaximum = uint16(opts.TopicAliasMaximum)

@@ -66,6 +66,16 @@ type Events interface {
 	ClientDisconnected(c ClientInfo, reason packet.ReasonCode, err error)
 }
 
+// ListenerLimits is implemented by a connection (the net.Conn given to the
+// broker) whose listener sets limits of its own, tighter than the
+// broker's Options: a listener facing contractors' laptops can take
+// smaller packets than the loopback one a historian uses.
+type ListenerLimits interface {
+	// MaxPacketSize is the largest packet accepted on the connection,
+	// advertised in a v5 CONNACK; 0 means the broker's MaxPacketSize.
+	MaxPacketSize() int
+}
+
 // Clock is the broker's time source, replaceable in tests.
 type Clock interface {
 	Now() time.Time

@@ -78,6 +78,43 @@ type Config struct {
 	// beyond it is closed as soon as it is accepted. Default 1024;
 	// Unlimited for no bound.
 	MaxConnections Limit `yaml:"max_connections"`
+
+	// MaxPacketSize is the largest packet this listener's clients may
+	// send (bytes, or with KiB or MiB: "64KiB"); a client sending a larger
+	// one is disconnected (0x95). Zero: mqtt.max_packet_size. It can only
+	// lower that bound, not raise it.
+	MaxPacketSize Size `yaml:"max_packet_size"`
+}
+
+// Size is a number of bytes, written plainly or with KiB or MiB.
+type Size int
+
+// UnmarshalYAML reads a size of 1 byte or more.
+func (z *Size) UnmarshalYAML(n *yaml.Node) error {
+	fail := func(format string, args ...any) error {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: column %d: %s", n.Line, n.Column, fmt.Sprintf(format, args...))}}
+	}
+	num, mult := n.Value, int64(1)
+	for _, u := range []struct {
+		suffix string
+		n      int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}} {
+		if rest, ok := strings.CutSuffix(n.Value, u.suffix); ok {
+			num, mult = rest, u.n
+			break
+		}
+	}
+	v, err := strconv.ParseInt(num, 10, 64)
+	switch {
+	case n.Kind != yaml.ScalarNode || err != nil:
+		return fail(`%q is not a size (a number of bytes, or one with KiB or MiB: "64KiB")`, n.Value)
+	case v <= 0:
+		return fail("must be 1 byte or more; leave the key out for mqtt.max_packet_size")
+	case v > 268_435_460/mult:
+		return fail("%s is larger than MQTT allows (256 MiB)", n.Value)
+	}
+	*z = Size(v * mult)
+	return nil
 }
 
 // Unlimited is a MaxConnections of "unlimited" in a file: no bound. In

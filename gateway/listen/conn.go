@@ -85,9 +85,13 @@ func (c *counter) release() { c.open.Add(-1) }
 // connection to deliver a last reason code.
 type countedConn struct {
 	*net.TCPConn
-	c    *counter
-	once sync.Once
+	c         *counter
+	once      sync.Once
+	maxPacket int // the listener's max_packet_size, 0 for the broker's
 }
+
+// MaxPacketSize implements broker.ListenerLimits.
+func (c *countedConn) MaxPacketSize() int { return c.maxPacket }
 
 // Close closes the connection and gives its place back.
 func (c *countedConn) Close() error {
@@ -101,9 +105,13 @@ func (c *countedConn) Close() error {
 // decrypted bytes the descriptor knows nothing of.
 type tlsConn struct {
 	*tls.Conn
-	remote net.Addr
-	id     string
+	remote    net.Addr
+	id        string
+	maxPacket int
 }
+
+// MaxPacketSize implements broker.ListenerLimits.
+func (c *tlsConn) MaxPacketSize() int { return c.maxPacket }
 
 // RemoteAddr returns the client's address, a *PeerAddr when it presented
 // a verified certificate.

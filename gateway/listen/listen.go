@@ -320,7 +320,7 @@ func (l *Listener) acceptCounted() (net.Conn, error) {
 			l.count.release()
 			continue
 		}
-		return &countedConn{TCPConn: tc, c: &l.count}, nil
+		return &countedConn{TCPConn: tc, c: &l.count, maxPacket: int(l.cfg.MaxPacketSize)}, nil
 	}
 }
 
@@ -366,7 +366,7 @@ func (l *Listener) handshake(tc *tls.Conn) {
 	tc.SetDeadline(time.Time{})
 	cs := tc.ConnectionState()
 	id := certIdentity(&cs)
-	c := &tlsConn{Conn: tc, remote: peerAddr(tc.RemoteAddr(), id), id: id}
+	c := &tlsConn{Conn: tc, remote: peerAddr(tc.RemoteAddr(), id), id: id, maxPacket: int(l.cfg.MaxPacketSize)}
 	select {
 	case l.ready <- c:
 	case <-l.done:

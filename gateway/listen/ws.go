@@ -51,6 +51,7 @@ func (l *Listener) serveWS(w http.ResponseWriter, r *http.Request) {
 	remote := netAddr(r.RemoteAddr)
 	id := certIdentity(r.TLS)
 	nc := newWSConn(c, peerAddr(remote, id), id)
+	nc.maxPacket = int(l.cfg.MaxPacketSize)
 	select {
 	case l.ready <- nc:
 	case <-l.done:
@@ -89,6 +90,8 @@ type wsConn struct {
 	ws       *websocket.Conn
 	remote   net.Addr
 	id       string
+	// maxPacket is the listener's max_packet_size, 0 for the broker's.
+	maxPacket int
 
 	chunks   chan []byte   // from the read goroutine
 	consumed chan struct{} // to it: the last chunk is read; cap 1
@@ -102,6 +105,9 @@ type wsConn struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 }
+
+// MaxPacketSize implements broker.ListenerLimits.
+func (c *wsConn) MaxPacketSize() int { return c.maxPacket }
 
 func newWSConn(c *websocket.Conn, remote net.Addr, id string) *wsConn {
 	nc := &wsConn{
