@@ -60,6 +60,8 @@ type conn struct {
 	// MaxPacketSize, or its listener's if smaller (ListenerLimits).
 	maxIn int
 
+	deniedLogged bool // a publish denied by the Authenticator was logged
+
 	// The acknowledgements on their way out, in order, once one had to
 	// wait (sendAcks); nil until then, so an idle connection pays nothing.
 	acks atomic.Pointer[ackQueue]

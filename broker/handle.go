@@ -180,6 +180,16 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 	m := newMessage(p, name, c.clientID, c.srv.clock.Now())
 	if !opts.Auth.CanPublish(c.info, m.Topic) {
 		rc = packet.NotAuthorized
+		c.srv.stats.publishDenied.Add(1)
+		if !c.deniedLogged {
+			// Once per connection: a client retrying a denied topic in a
+			// loop must not flood the log. A 3.1.1 client is not told
+			// (it has no negative acknowledgement), so this line is how
+			// its operator finds out.
+			c.deniedLogged = true
+			c.srv.logConn("publish denied by the ACL (further denials of this connection are counted, not logged)",
+				"client", c.clientID, "user", c.info.Username, "topic", m.Topic, "version", int(c.version))
+		}
 	} else {
 		if p.Retain {
 			// Over MaxRetainedMessages or MaxRetainedBytes the message is

@@ -1301,3 +1301,33 @@ func hostileFatal(addr string, k *hostileKind, rng *rand.Rand, v packet.Version,
 		}
 	}
 }
+
+// TestDeniedPublishLoggedOnce: a client publishing where the ACL denies it
+// is logged once per connection however often it retries, a 3.1.1 client
+// included (it is never told), and every denial is counted.
+func TestDeniedPublishLoggedOnce(t *testing.T) {
+	sink := &logSink{}
+	log := slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	srv, addr := brokertest.RunServer(t, broker.Options{Logger: log, Auth: denyAuth{}})
+	for _, v := range []packet.Version{packet.V5, packet.V311} {
+		c, _ := brokertest.Connect(t, addr, &packet.Connect{Version: v, ClientID: []byte(fmt.Sprint("plc-", v)), CleanStart: true,
+			UsernameFlag: true, Username: []byte("op"), PasswordFlag: true, Password: []byte("secret")})
+		for i := range 50 {
+			c.Publish(&packet.Publish{Topic: []byte("forbidden"), QoS: 1, PacketID: uint16(i + 1), Payload: []byte("x")})
+			var a packet.Ack
+			c.Expect(packet.PUBACK, &a)
+			if want := map[packet.Version]packet.ReasonCode{packet.V5: packet.NotAuthorized, packet.V311: packet.Success}[v]; a.Reason != want {
+				t.Fatalf("v%d: PUBACK %v, want %v", v, a.Reason, want)
+			}
+		}
+	}
+	if n := sink.count(`msg="publish denied by the ACL`); n != 2 {
+		t.Fatalf("%d denial records for 100 denied publishes on 2 connections, want 2", n)
+	}
+	if n := sink.count(`client=plc-4 `); n == 0 {
+		t.Fatalf("the 3.1.1 client's denial was not logged: %q", sink.recs)
+	}
+	if got := srv.Stats().PublishesDenied; got != 100 {
+		t.Fatalf("PublishesDenied %d, want 100", got)
+	}
+}

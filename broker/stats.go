@@ -24,6 +24,7 @@ type counters struct {
 	adopted          atomic.Uint64
 	retainedStale    atomic.Uint64
 	retainedIn       atomic.Uint64
+	publishDenied    atomic.Uint64
 	droppedTooLarge  atomic.Uint64
 	expired          atomic.Uint64
 	expiredSessions  atomic.Uint64
@@ -61,6 +62,7 @@ type Stats struct {
 	SessionsAdopted    uint64 // sessions taken from another node for a client resuming here
 	RetainedFromPeers  uint64 // retained messages (and clears) other nodes sent that were newer than this node's
 	RetainedStale      uint64 // retained writes not kept: the topic held a later write from another node
+	PublishesDenied    uint64 // PUBLISH packets the Authenticator refused (v5: 0x87; 3.1.1: dropped)
 	DroppedTooLarge    uint64 // messages larger than the client's Maximum Packet Size
 	Expired            uint64 // messages whose expiry passed before delivery
 	ExpiredSessions    uint64 // sessions ended by their expiry interval
@@ -106,6 +108,7 @@ func (srv *Server) Stats() Stats {
 		SessionsAdopted:    c.adopted.Load(),
 		RetainedFromPeers:  c.retainedIn.Load(),
 		RetainedStale:      c.retainedStale.Load(),
+		PublishesDenied:    c.publishDenied.Load(),
 		DroppedTooLarge:    c.droppedTooLarge.Load(),
 		Expired:            c.expired.Load(),
 		ExpiredSessions:    c.expiredSessions.Load(),
