@@ -106,6 +106,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if st := text(`#health-pill`); !strings.EqualFold(st, "healthy") {
 		t.Errorf("health pill %q", st)
 	}
+	// The cluster panel: a row per node, the stream's breaker and round trip.
+	if got := text(`#cluster tr[data-node="line3-gw2"]`); !strings.Contains(got, "closed") || !strings.Contains(got, "0.42 ms") {
+		t.Errorf("cluster panel's peer row %q", got)
+	}
 
 	// Live: each member's delivered count moves while telemetry flows.
 	for _, w := range []string{"w1", "w2", "w3"} {
@@ -259,6 +263,19 @@ func newPlant(t *testing.T) *plant {
 		Degraded:       Thresholds{WindowFull: 2 * time.Second},
 		Listeners: func() []Listener {
 			return []Listener{{Proto: "mqtt", Addr: addr}, {Proto: "http", Addr: "0.0.0.0:8080"}}
+		},
+		Cluster: func() any {
+			return ClusterPanel{Cluster: "line3", Node: "line3-gw",
+				Nodes: []ClusterNode{
+					{Name: "line3-gw", Address: "10.3.0.11:7946", Version: "0.9.0", Self: true, Health: "ok"},
+					{Name: "line3-gw2", Address: "10.3.0.12:7946", Version: "0.9.0", Health: "ok", Connected: true, Available: true,
+						Breaker: "closed", RTTSeconds: 0.00042, RTTMaxSeconds: 0.0031},
+				},
+				Registry: ClusterRegistry{State: "healthy", Revision: 4711, LagSeconds: 0.0021, LagMaxSeconds: 0.012, Nodes: 2, Members: 4, Routes: 3, Sessions: 15},
+				Etcd: EtcdStatus{Healthy: true, Leader: "line3-gw", Checked: time.Now(), Endpoints: []EtcdEndpoint{
+					{Endpoint: "http://10.3.0.11:2379", Member: "line3-gw", Leader: true, Version: "3.5.17", DBSizeBytes: 98304, RaftTerm: 3, RTTSeconds: 0.0008},
+				}},
+			}
 		},
 		Storage: func() StorageStats {
 			st := srv.Stats()

@@ -1,6 +1,13 @@
 // linemq status page: polls the JSON API once a second and redraws. Plain
 // DOM, no framework, no external assets. Every string that came from a
 // client (ids, usernames, topic filters) goes in through textContent only.
+//
+// Kept cheap for the browser (it may run on the gateway's own cores): each
+// redraw builds the new rows off the document and patch() copies into the
+// page only the text and attributes that changed, so an unchanged cell
+// costs no layout or paint; the chart is redrawn at most once a second, at
+// a device pixel ratio of at most 1; nothing reads layout after writing it;
+// and while the tab is hidden nothing is fetched or drawn.
 "use strict";
 (() => {
   const POLL_MS = 1000;       // status and groups
@@ -29,6 +36,42 @@
       e.append(k instanceof Node ? k : String(k));
     }
     return e;
+  }
+
+  // patch makes the node old look like neu, touching only what differs:
+  // text, attributes, children (by position). Inline styles go through the
+  // CSSOM (the page's CSP refuses style attributes).
+  function patch(old, neu) {
+    if (old.nodeType !== neu.nodeType || old.nodeName !== neu.nodeName) {
+      old.replaceWith(neu);
+      return;
+    }
+    if (old.nodeType !== Node.ELEMENT_NODE) {
+      if (old.data !== neu.data) old.data = neu.data;
+      return;
+    }
+    for (const a of Array.from(old.attributes)) {
+      if (!neu.hasAttribute(a.name)) old.removeAttribute(a.name);
+    }
+    for (const a of neu.attributes) {
+      if (a.name === "style") {
+        if (old.style.cssText !== neu.style.cssText) old.style.cssText = neu.style.cssText;
+      } else if (old.getAttribute(a.name) !== a.value) {
+        old.setAttribute(a.name, a.value);
+      }
+    }
+    patchChildren(old, Array.from(neu.childNodes));
+  }
+  // patchChildren makes parent's children look like kids.
+  function patchChildren(parent, kids) {
+    const cur = parent.childNodes;
+    kids.forEach((k, i) => (i < cur.length ? patch(cur[i], k) : parent.appendChild(k)));
+    while (cur.length > kids.length) parent.lastChild.remove();
+  }
+  // setText changes an element's text only when it differs.
+  function setText(el, text) {
+    text = String(text);
+    if (el.textContent !== text) el.textContent = text;
   }
 
   // --- formatting ---
@@ -88,50 +131,51 @@
 
   // --- header, key figures, health, panels ---
   function setPill(el, state, text) {
-    el.dataset.state = state;
-    el.textContent = text;
+    if (el.dataset.state !== state) el.dataset.state = state;
+    setText(el, text);
   }
 
   function renderStatus(st) {
-    $("node-id").textContent = st.node.id || "(no node id)";
-    $("version").textContent = "linemq " + (st.node.version || "dev");
-    $("uptime").textContent = fmtDur(st.node.uptime_seconds);
-    document.title = (st.health.state === "ok" ? "" : "⚠ ") + (st.node.id || "linemq") + " · linemq status";
+    setText($("node-id"), st.node.id || "(no node id)");
+    setText($("version"), "linemq " + (st.node.version || "dev"));
+    setText($("uptime"), fmtDur(st.node.uptime_seconds));
+    const title = (st.health.state === "ok" ? "" : "⚠ ") + (st.node.id || "linemq") + " · linemq status";
+    if (document.title !== title) document.title = title;
 
     const hs = st.health.state;
     setPill($("health-pill"), hs, hs === "ok" ? "healthy" : hs);
     setPill($("ready-pill"), st.health.ready ? "ok" : "failed", st.health.ready ? "ready" : "not ready");
 
     const b = st.broker, r = st.rates;
-    $("kpi-clients").textContent = fmtInt(b.clients_connected);
-    $("kpi-sessions").textContent = fmtInt(b.sessions) + " sessions · " + fmtInt(b.clients_parked) + " parked";
-    $("kpi-in").textContent = fmtRate(r.messages_in_per_second) + "/s";
-    $("kpi-in-total").textContent = fmtInt(b.messages_in) + " total · " + fmtBytes(r.bytes_in_per_second) + "/s";
-    $("kpi-out").textContent = fmtRate(r.messages_out_per_second) + "/s";
-    $("kpi-out-total").textContent = fmtInt(b.messages_out) + " total · " + fmtInt(b.acknowledged) + " acked";
-    $("kpi-subs").textContent = fmtInt(b.subscriptions + b.shared_subscriptions);
-    $("kpi-shared").textContent = fmtInt(b.shared_subscriptions) + " shared";
-    $("kpi-groups").textContent = fmtInt(st.groups.total);
-    $("kpi-degraded").textContent = st.groups.degraded ? st.groups.degraded + " degraded: " + st.groups.degraded_names.join(", ") : "all ok";
-    $("kpi-groups-tile").classList.toggle("degraded", st.groups.degraded > 0);
-    $("kpi-retained").textContent = fmtInt(b.retained);
+    setText($("kpi-clients"), fmtInt(b.clients_connected));
+    setText($("kpi-sessions"), fmtInt(b.sessions) + " sessions · " + fmtInt(b.clients_parked) + " parked");
+    setText($("kpi-in"), fmtRate(r.messages_in_per_second) + "/s");
+    setText($("kpi-in-total"), fmtInt(b.messages_in) + " total · " + fmtBytes(r.bytes_in_per_second) + "/s");
+    setText($("kpi-out"), fmtRate(r.messages_out_per_second) + "/s");
+    setText($("kpi-out-total"), fmtInt(b.messages_out) + " total · " + fmtInt(b.acknowledged) + " acked");
+    setText($("kpi-subs"), fmtInt(b.subscriptions + b.shared_subscriptions));
+    setText($("kpi-shared"), fmtInt(b.shared_subscriptions) + " shared");
+    setText($("kpi-groups"), fmtInt(st.groups.total));
+    setText($("kpi-degraded"), st.groups.degraded ? st.groups.degraded + " degraded: " + st.groups.degraded_names.join(", ") : "all ok");
+    const tile = $("kpi-groups-tile");
+    if (tile.classList.contains("degraded") !== st.groups.degraded > 0) tile.classList.toggle("degraded", st.groups.degraded > 0);
+    setText($("kpi-retained"), fmtInt(b.retained));
     const dropped = b.dropped_qos0 + b.dropped_queue_full + b.dropped_too_large;
-    $("kpi-dropped").textContent = fmtInt(dropped) + " dropped · " + fmtInt(b.expired) + " expired";
+    setText($("kpi-dropped"), fmtInt(dropped) + " dropped · " + fmtInt(b.expired) + " expired");
 
-    const checks = $("checks");
-    checks.replaceChildren();
-    if (!st.health.checks.length) checks.append(h("li", { class: "muted" }, "no health checks registered"));
+    const checks = [];
+    if (!st.health.checks.length) checks.push(h("li", { class: "muted" }, "no health checks registered"));
     for (const c of st.health.checks) {
-      checks.append(h("li", { data: { check: c.name, state: c.state } },
+      checks.push(h("li", { data: { check: c.name, state: c.state } },
         h("span", { class: "dot " + c.state, title: c.state }),
         h("span", { class: "name" }, c.name),
         h("span", { class: "since", title: c.since }, c.state + " for " + fmtAgo(c.since).replace(" ago", "")),
         c.reason ? h("span", { class: "reason" }, c.reason) : null));
     }
-    const ls = $("listeners");
-    ls.replaceChildren();
-    if (!st.node.listeners.length) ls.append(h("li", { class: "muted" }, "none reported"));
-    for (const l of st.node.listeners) ls.append(h("li", null, l.proto + "  " + l.addr));
+    patchChildren($("checks"), checks);
+    const ls = st.node.listeners.map((l) => h("li", null, l.proto + "  " + l.addr));
+    if (!ls.length) ls.push(h("li", { class: "muted" }, "none reported"));
+    patchChildren($("listeners"), ls);
 
     renderPanel($("storage"), st.storage, {
       file_size_bytes: ["File size", fmtBytes],
@@ -140,8 +184,11 @@
       disk_bytes_per_message: ["Disk bytes / message", (v) => v.toFixed(1)],
       sync_mode: ["Sync mode"],
     });
-    renderPanel($("cluster"), st.cluster, {});
+    renderCluster($("cluster"), st.cluster);
     renderPanel($("hw"), st.hw, {});
+    // A panel of another part (bridges, ...) goes here: a <section> in
+    // index.html and one line calling renderPanel, or a renderer of its
+    // own like renderCluster.
     ui.rates = r;
     drawChart(r.history, r.interval_seconds);
   }
@@ -149,11 +196,13 @@
   // renderPanel shows any object as a list, so the cluster and hardware
   // panels fill in when those parts exist without a change here.
   function renderPanel(dl, data, known) {
-    dl.replaceChildren();
+    patchChildren(dl, panelItems(data, known));
+  }
+  function panelItems(data, known) {
     if (!data || data.configured === false) {
-      dl.append(h("div", { class: "note" }, (data && data.reason) || "not configured"));
-      return;
+      return [h("div", { class: "note" }, (data && data.reason) || "not configured")];
     }
+    const items = [];
     for (const [k, v] of Object.entries(data)) {
       if (k === "configured") continue;
       const [label, fmt] = known[k] || [humanize(k)];
@@ -164,13 +213,50 @@
       else if (v === null || v === "") text = "–";
       else if (typeof v === "object") text = JSON.stringify(v);
       else text = String(v);
-      dl.append(h("dt", null, label), h("dd", { class: bad ? "bad" : null, data: { key: k } }, text));
+      items.push(h("dt", null, label), h("dd", { class: bad ? "bad" : null, data: { key: k } }, text));
     }
+    return items;
+  }
+
+  // renderCluster shows a clustered gateway's nodes (with this node's
+  // stream to each), its registry and etcd; anything else as a list.
+  function renderCluster(box, c) {
+    if (!c || c.configured === false || !Array.isArray(c.nodes)) {
+      patchChildren(box, [h("dl", { class: "panel" }, panelItems(c, {}))]);
+      return;
+    }
+    const ms = (s) => (s ? (s * 1000 < 10 ? (s * 1000).toFixed(2) : Math.round(s * 1000)) + " ms" : "–");
+    const rows = c.nodes.map((n) => h("tr", { class: n.health !== "ok" ? "degraded" : null, data: { node: n.name, state: n.health } },
+      h("td", { class: "mono" }, n.name, n.self ? h("span", { class: "muted" }, " (this)") : null),
+      h("td", { class: "mono" }, n.address || "–"),
+      h("td", null, n.version || "–"),
+      h("td", { title: n.reason || "" }, h("span", { class: "dot " + n.health }), " " + n.health),
+      h("td", null, n.self ? "–" : n.breaker || "–"),
+      h("td", { class: "num", title: "largest " + ms(n.rtt_max_seconds) }, n.self ? "–" : ms(n.rtt_seconds)),
+      h("td", { class: "why" }, n.health === "ok" ? "" : n.reason || n.last_error || "")));
+    const r = c.registry || {}, e = c.etcd || {};
+    const eps = (e.endpoints || []).map((p) => h("li", { class: p.error ? "bad" : null },
+      h("span", { class: "mono" }, p.member || p.endpoint), p.leader ? " leader" : "",
+      p.error ? " · " + p.error : " · " + (p.version || "") + " · " + fmtBytes(p.db_size_bytes) + " · term " + p.raft_term + " · " + ms(p.rtt_seconds)));
+    patchChildren(box, [
+      h("div", { class: "table-wrap" }, h("table", { class: "nodes" },
+        h("thead", null, h("tr", null, ["Node", "Address", "Version", "Health", "Breaker", "Round trip", ""].map((t, i) => h("th", { class: i === 5 ? "num" : null }, t)))),
+        h("tbody", null, rows))),
+      h("dl", { class: "panel" },
+        h("dt", null, "Registry"), h("dd", { class: r.state === "healthy" ? null : "bad", title: r.reason || "" },
+          (r.state || "–") + " · rev " + fmtInt(r.revision) + " · lag " + ms(r.lag_seconds) + " (max " + ms(r.lag_max_seconds) + ")"),
+        h("dt", null, "Registered"), h("dd", null, fmtInt(r.members) + " members · " + fmtInt(r.routes) + " routes · " + fmtInt(r.sessions) + " sessions"),
+        h("dt", null, "etcd"), h("dd", { class: e.healthy ? null : "bad", title: e.error || "" },
+          (e.healthy ? "healthy" : "unhealthy") + " · leader " + (e.leader || "none") + " · checked " + fmtAgo(e.checked))),
+      h("ul", { class: "endpoints" }, eps),
+    ]);
   }
 
   // --- chart ---
-  function cssVar(name) {
-    return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  const cssVars = {};
+  function cssVar(name) { // read once: getComputedStyle is not free
+    if (!(name in cssVars)) cssVars[name] = getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+    return cssVars[name];
   }
   function niceMax(v) {
     if (v <= 1) return 1;
@@ -178,11 +264,19 @@
     for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
     return 10 * p;
   }
-  function drawChart(hist, interval) {
+  let chartDrawn = "", chartSize = null;
+  function drawChart(hist, interval, force) {
     const c = $("chart");
-    const dpr = window.devicePixelRatio || 1;
-    const w = c.clientWidth, ht = c.clientHeight;
+    // At most one pixel per CSS pixel: a rate chart needs no more, and a
+    // high-DPI canvas costs several times the raster work.
+    const dpr = Math.min(1, window.devicePixelRatio || 1);
+    if (force || !chartSize) chartSize = [c.clientWidth, c.clientHeight]; // layout read only on resize
+    const [w, ht] = chartSize;
     if (!w || !ht) return;
+    const n = hist.messages_in.length;
+    const stamp = w + "x" + ht + ":" + n + ":" + hist.messages_in[n - 1] + ":" + hist.messages_out[n - 1];
+    if (stamp === chartDrawn) return; // nothing new to draw
+    chartDrawn = stamp;
     if (c.width !== Math.round(w * dpr) || c.height !== Math.round(ht * dpr)) {
       c.width = Math.round(w * dpr);
       c.height = Math.round(ht * dpr);
@@ -249,8 +343,8 @@
 
   function renderGroups(groups) {
     const degraded = groups.filter((g) => g.state !== "ok").length;
-    $("groups-count").textContent = groups.length + (groups.length === 1 ? " group" : " groups") +
-      (degraded ? " · " + degraded + " degraded" : "");
+    setText($("groups-count"), groups.length + (groups.length === 1 ? " group" : " groups") +
+      (degraded ? " · " + degraded + " degraded" : ""));
     const shown = groups
       .filter((g) => !ui.onlyDegraded || g.state !== "ok")
       .sort((a, b) => (a.state === "ok") - (b.state === "ok") || a.name.localeCompare(b.name) || a.filter.localeCompare(b.filter));
@@ -266,9 +360,8 @@
       const k = groupKey(g);
       rows.push(h("tr", {
         class: "group" + (deg ? " degraded" : "") + (open ? " open" : ""),
-        data: { group: g.name, filter: g.filter, state: g.state },
         title: deg ? g.reasons.join("\n") : "",
-        onclick: () => { ui.expanded.set(k, !open); renderGroups(lastGroups); },
+        data: { group: g.name, filter: g.filter, state: g.state, key: k, open: open ? "1" : "" },
       },
         h("td", null, h("span", { class: "caret" }, "▸")),
         h("td", { class: "gname" }, g.name),
@@ -287,7 +380,7 @@
       }
       if (open) rows.push(membersRow(g));
     }
-    body.replaceChildren(...rows);
+    patchChildren(body, rows);
   }
 
   function membersRow(g) {
@@ -321,6 +414,8 @@
   // --- clients ---
   async function loadClients() {
     clearTimeout(ui.clientsTimer);
+    ui.clientsTimer = null;
+    if (document.hidden) return; // resumed by the visibilitychange handler
     const after = ui.pages[ui.pages.length - 1];
     const q = new URLSearchParams({ limit: CLIENTS_PAGE });
     if (ui.search) q.set("q", ui.search);
@@ -334,9 +429,9 @@
   }
 
   function renderClients(data) {
-    $("clients-count").textContent = ui.search
+    setText($("clients-count"), ui.search
       ? fmtInt(data.total) + " matching"
-      : fmtInt(data.total) + (data.total === 1 ? " session" : " sessions");
+      : fmtInt(data.total) + (data.total === 1 ? " session" : " sessions"));
     const rows = data.clients.map((c) => h("tr", { class: c.connected ? null : "muted", data: { client: c.client_id } },
       h("td", { class: "mono" }, c.client_id, c.username ? h("span", { class: "muted" }, "  " + c.username) : null),
       h("td", { class: "mono" }, c.address || "–"),
@@ -348,25 +443,33 @@
       h("td", { title: c.connected_since || c.disconnected_at || "" },
         c.connected ? fmtAgo(c.connected_since) : "offline " + fmtAgo(c.disconnected_at))));
     if (!rows.length) rows.push(h("tr", null, h("td", { colspan: 8, class: "muted" }, ui.search ? "no client matches" : "no clients")));
-    $("clients-body").replaceChildren(...rows);
-    $("clients-next").disabled = !data.next;
-    $("clients-next").dataset.next = data.next || "";
-    $("clients-first").disabled = ui.pages.length <= 1;
+    patchChildren($("clients-body"), rows);
+    const next = $("clients-next"), first = $("clients-first");
+    if (next.disabled !== !data.next) next.disabled = !data.next;
+    if (next.dataset.next !== (data.next || "")) next.dataset.next = data.next || "";
+    if (first.disabled !== ui.pages.length <= 1) first.disabled = ui.pages.length <= 1;
   }
 
   // --- the poll ---
   let lastGroups = [];
+  // setLive marks the live dot (no animation: one would repaint the page
+  // sixty times a second) and says when the last update came.
   function setLive(ok) {
     const l = $("live");
-    l.classList.remove("on");
-    void l.offsetWidth; // restart the beat animation
-    l.classList.toggle("on", ok);
-    l.classList.toggle("stale", !ok);
+    if (l.classList.contains("on") !== ok) {
+      l.classList.toggle("on", ok);
+      l.classList.toggle("stale", !ok);
+      $("banner").classList.toggle("hidden", ok);
+    }
     l.title = ok ? "updated " + new Date().toLocaleTimeString() : "no answer from the gateway";
-    $("banner").classList.toggle("hidden", ok);
   }
 
+  let pollTimer = null, polling = false;
   async function poll() {
+    clearTimeout(pollTimer);
+    pollTimer = null;
+    if (document.hidden || polling) return; // resumed by the visibilitychange handler
+    polling = true;
     try {
       const [st, gr] = await Promise.all([getJSON("api/v1/status"), getJSON("api/v1/groups")]);
       renderStatus(st);
@@ -376,7 +479,8 @@
     } catch (e) {
       setLive(false);
     }
-    setTimeout(poll, POLL_MS);
+    polling = false;
+    if (!document.hidden) pollTimer = setTimeout(poll, POLL_MS);
   }
 
   function init() {
@@ -402,7 +506,23 @@
       ui.pages = [""];
       loadClients();
     });
-    window.addEventListener("resize", () => ui.rates && drawChart(ui.rates.history, ui.rates.interval_seconds));
+    $("groups-body").addEventListener("click", (e) => {
+      const row = e.target.closest("tr.group");
+      if (!row) return;
+      ui.expanded.set(row.dataset.key, !row.dataset.open);
+      renderGroups(lastGroups);
+    });
+    // A hidden tab fetches and draws nothing; it catches up when shown.
+    document.addEventListener("visibilitychange", () => {
+      if (document.hidden) return;
+      if (!pollTimer) poll();
+      if (!ui.clientsTimer) loadClients();
+    });
+    let resized = null;
+    window.addEventListener("resize", () => {
+      clearTimeout(resized);
+      resized = setTimeout(() => ui.rates && drawChart(ui.rates.history, ui.rates.interval_seconds, true), 100);
+    });
     poll();
     loadClients();
   }
