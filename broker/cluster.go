@@ -182,9 +182,15 @@ func (srv *Server) SetRemoteMember(rm RemoteMember, present bool) {
 }
 
 // forwardRemote sends m once to each other node with ordinary interest in
-// its topic, and a retained message to every other node.
+// its topic, and a retained message to every other node. Topics starting
+// with '$' stay on their node.
 func (r *router) forwardRemote(srv *Server, m *Message) {
 	r.nodes = r.nodes[:0]
+	if len(m.Topic) > 0 && m.Topic[0] == '$' {
+		// $SYS and the like are each node's own [MQTT-4.7.2-1]: another
+		// node's subscribers want their own node's figures.
+		return
+	}
 	for _, rr := range srv.remote.Match(m.topicBytes) {
 		r.matched = true
 		if slices.Contains(r.nodes, rr.node) {

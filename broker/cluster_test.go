@@ -336,3 +336,23 @@ func TestClusterRetained(t *testing.T) {
 	everywhere("cfg/c", "")
 	everywhere("cfg/d", "while away")
 }
+
+// TestClusterSysTopicsStayLocal: a node's $SYS messages reach its own
+// subscribers only, never another node's.
+func TestClusterSysTopicsStayLocal(t *testing.T) {
+	_, nodes := startCluster(t, 2)
+	var subs []*brokertest.Client
+	for i, n := range nodes {
+		c, _ := brokertest.Connect(t, n.Addr, &packet.Connect{Version: packet.V5, ClientID: []byte(fmt.Sprint("sys", i)), CleanStart: true})
+		c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$SYS/#"), QoS: 0}}})
+		subs = append(subs, c)
+	}
+	for i, n := range nodes {
+		n.SetRemoteRoute(fmt.Sprint("n", 2-i), "$SYS/#", true) // as the registry would tell it
+	}
+	nodes[0].Publish(broker.NewMessage("$SYS/broker/uptime", []byte("n1"), 0, false))
+	if got := nextPayload(subs[0], 5*time.Second); got != "n1" {
+		t.Fatalf("node 1's subscriber got %q", got)
+	}
+	subs[1].ExpectNothing(200 * time.Millisecond)
+}

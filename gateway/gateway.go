@@ -38,6 +38,7 @@ import (
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/gateway/auth"
+	"github.com/linemq/linemq/gateway/bridge"
 	"github.com/linemq/linemq/gateway/config"
 	"github.com/linemq/linemq/gateway/health"
 	"github.com/linemq/linemq/gateway/listen"
@@ -85,6 +86,7 @@ type Gateway struct {
 	extra   []*listen.Listener
 	auth    *auth.Authenticator
 	http    net.Listener // nil when disabled
+	bridges []*bridge.Bridge
 	started time.Time
 
 	serving sync.WaitGroup // one per Serve goroutine
@@ -111,7 +113,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	if cfg == nil {
 		cfg = config.Default()
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := errors.Join(cfg.Validate(), cfg.ValidateBridges()); err != nil {
 		return nil, err
 	}
 	cfg = cfg.WithDefaults()
@@ -153,6 +155,9 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	}
 	bo := cfg.BrokerOptions()
 	bo.Auth = authn
+	if len(cfg.Bridges) > 0 {
+		bo.Auth = bridge.Trusted(authn) // the bridges' in-process clients
+	}
 	if cl != nil {
 		bo.Cluster = cl.node
 	}
@@ -178,6 +183,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		if err != nil {
 			// Unwind: nothing has been served yet, so closing what was
 			// opened is all there is to undo.
+			g.closeBridges()
 			g.closeListeners()
 			if g.web != nil {
 				g.web.Shutdown(context.Background())
@@ -244,6 +250,9 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	if g.web != nil {
 		g.web.Start()
 		g.serveHTTP()
+	}
+	if err = g.startBridges(); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g.trimDone = make(chan struct{})
 	go g.trimMemory()
@@ -548,6 +557,7 @@ func (g *Gateway) stop(cause error) {
 		if g.web != nil {
 			g.web.Shutdown(ctx)
 		}
+		g.closeBridges() // before the broker and the store they use
 		err := g.srv.Shutdown(ctx)
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):
@@ -679,4 +689,43 @@ func (g *Gateway) trimMemory() {
 			lastParked, lastConnected = st.ClientsParked, st.ClientsConnected
 		}
 	}
+}
+
+// startBridges starts the configured uplink bridges (gateway/bridge), each
+// with a health check that is degraded while its link is down.
+func (g *Gateway) startBridges() error {
+	every, within := time.Duration(g.cfg.Health.ProbeInterval), time.Duration(g.cfg.Health.ProbeTimeout)
+	for _, bc := range g.cfg.Bridges {
+		b, err := bridge.New(bridge.Options{
+			Config: bc, NodeID: g.cfg.NodeID, Broker: g.srv, Store: g.store,
+			Logger: g.log.With("component", "bridge"),
+		})
+		if err == nil {
+			err = b.Start()
+		}
+		if err != nil {
+			return err
+		}
+		g.bridges = append(g.bridges, b)
+		if err := g.health.Poll("bridge."+b.Name(), every, within, b.Check); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (g *Gateway) closeBridges() {
+	for _, b := range g.bridges {
+		b.Close()
+	}
+}
+
+// Bridges returns a snapshot of every uplink bridge (state, queue depth,
+// oldest queued age, rates, last error), for the status page and metrics.
+func (g *Gateway) Bridges() []bridge.Stats {
+	var out []bridge.Stats
+	for _, b := range g.bridges {
+		out = append(out, b.Stats())
+	}
+	return out
 }

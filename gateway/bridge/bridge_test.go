@@ -1,0 +1,361 @@
+package bridge
+
+import (
+	"context"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/broker/brokertest"
+	"github.com/linemq/linemq/gateway/config"
+	"github.com/linemq/linemq/storage/bolt"
+)
+
+const wait = 20 * time.Second
+
+// node is a linemq broker on a fixed loopback address (chosen by the OS
+// once) with a bolt store, which a test can stop and start again.
+type node struct {
+	t    *testing.T
+	addr string
+	path string
+	srv  *broker.Server
+	st   *bolt.Store
+	done chan struct{}
+	br   *Bridge
+}
+
+func newNode(t *testing.T) *node {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{t: t, addr: l.Addr().String(), path: filepath.Join(t.TempDir(), "linemq.db")}
+	n.start(l)
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *node) start(l net.Listener) {
+	n.t.Helper()
+	var err error
+	if l == nil {
+		brokertest.Eventually(n.t, wait, "listen again on "+n.addr, func() bool {
+			l, err = net.Listen("tcp", n.addr)
+			return err == nil
+		})
+	}
+	if n.st, err = bolt.Open(n.path, nil); err != nil {
+		n.t.Fatal(err)
+	}
+	if n.srv, err = broker.New(broker.Options{Store: n.st, Auth: Trusted(broker.AllowAll{})}); err != nil {
+		n.t.Fatal(err)
+	}
+	n.done = make(chan struct{})
+	go func() { defer close(n.done); n.srv.Serve(l) }()
+}
+
+// bridge starts a bridge on n (again after a restart, with the same config).
+func (n *node) bridge(cfg config.Bridge, nodeID string) *Bridge {
+	n.t.Helper()
+	b, err := New(Options{Config: cfg, NodeID: nodeID, Broker: n.srv, Store: n.st})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if err := b.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	n.br = b
+	return b
+}
+
+func (n *node) stop() {
+	if n.srv == nil {
+		return
+	}
+	if n.br != nil {
+		n.br.Close()
+		n.br = nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n.srv.Shutdown(ctx)
+	<-n.done
+	if err := n.st.Close(); err != nil {
+		n.t.Error(err)
+	}
+	n.srv = nil
+}
+
+// collector is a persistent-session subscriber that reconnects.
+type collector struct {
+	mu   sync.Mutex
+	msgs []*paho.Publish
+	cm   *autopaho.ConnectionManager
+}
+
+func collect(t *testing.T, addr, id string, filters ...string) *collector {
+	c := &collector{}
+	u, _ := url.Parse("mqtt://" + addr)
+	ctx, cancel := context.WithCancel(context.Background())
+	cm, err := autopaho.NewConnection(ctx, autopaho.ClientConfig{
+		ServerUrls: []*url.URL{u}, KeepAlive: 30, SessionExpiryInterval: 3600,
+		ReconnectBackoff: autopaho.NewConstantBackoff(100 * time.Millisecond),
+		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
+			if len(filters) == 0 {
+				return
+			}
+			s := &paho.Subscribe{}
+			for _, f := range filters {
+				s.Subscriptions = append(s.Subscriptions, paho.SubscribeOptions{Topic: f, QoS: 1})
+			}
+			go cm.Subscribe(ctx, s)
+		},
+		ClientConfig: paho.ClientConfig{ClientID: id, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+			func(pr paho.PublishReceived) (bool, error) {
+				c.mu.Lock()
+				c.msgs = append(c.msgs, pr.Packet)
+				c.mu.Unlock()
+				return true, nil
+			}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cm = cm
+	t.Cleanup(func() {
+		dctx, dc := context.WithTimeout(context.Background(), time.Second)
+		defer dc()
+		cm.Disconnect(dctx)
+		cancel()
+		<-cm.Done()
+	})
+	wctx, wc := context.WithTimeout(context.Background(), wait)
+	defer wc()
+	if err := cm.AwaitConnection(wctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // its SUBSCRIBE is on the way
+	return c
+}
+
+func (c *collector) snapshot() []*paho.Publish {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*paho.Publish(nil), c.msgs...)
+}
+
+func (c *collector) count() int { return len(c.snapshot()) }
+
+// publisher publishes QoS 1 messages "<topic> <seq>" and remembers the
+// acknowledged ones.
+func publish(t *testing.T, addr, id string, topics []string, n int) (acked map[string]int) {
+	return publishFrom(t, addr, id, topics, 1, n)
+}
+
+func publishFrom(t *testing.T, addr, id string, topics []string, from, n int) (acked map[string]int) {
+	t.Helper()
+	c := collect(t, addr, id)
+	acked = make(map[string]int)
+	for i := from; i < from+n; i++ {
+		for _, tp := range topics {
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			_, err := c.cm.Publish(ctx, &paho.Publish{Topic: tp, QoS: 1, Payload: []byte(strconv.Itoa(i))})
+			cancel()
+			if err != nil {
+				t.Fatalf("publish %s %d: %v", tp, i, err)
+			}
+			acked[tp] = i
+		}
+	}
+	return acked
+}
+
+// verify checks that every acknowledged message arrived, in order per
+// topic (a duplicate may repeat earlier ones: counted), and returns the
+// duplicates.
+func verify(t *testing.T, got []*paho.Publish, mapTopic func(string) string, acked map[string]int) (dups int) {
+	t.Helper()
+	seen := make(map[string]map[int]bool)
+	high := make(map[string]int)
+	for _, p := range got {
+		i, _ := strconv.Atoi(string(p.Payload))
+		if seen[p.Topic] == nil {
+			seen[p.Topic] = make(map[int]bool)
+		}
+		if seen[p.Topic][i] {
+			dups++
+			continue
+		}
+		seen[p.Topic][i] = true
+		if i != high[p.Topic]+1 {
+			t.Errorf("%s: %d after %d: out of order or a gap", p.Topic, i, high[p.Topic])
+		}
+		high[p.Topic] = i
+	}
+	for tp, n := range acked {
+		if high[mapTopic(tp)] != n {
+			t.Errorf("%s: %d of %d arrived", mapTopic(tp), high[mapTopic(tp)], n)
+		}
+	}
+	return dups
+}
+
+func siteConfig(remote string) config.Bridge {
+	return config.Bridge{
+		Name: "site", Addresses: []string{remote}, ReconnectDelay: config.Duration(200 * time.Millisecond),
+		DrainRate: config.Unlimited,
+		Out:       []config.BridgeRule{{Filter: "plant/#", Strip: "plant/", Prefix: "site/gw1/"}},
+		In:        []config.BridgeRule{{Filter: "cmd/gw1/#"}},
+	}
+}
+
+// TestOutAndIn: messages flow out with the prefix remapped and in, with
+// their properties; a message from the remote is not sent back.
+func TestOutAndIn(t *testing.T) {
+	remote, local := newNode(t), newNode(t)
+	b := local.bridge(siteConfig(remote.addr), "gw1")
+	brokertest.Eventually(t, wait, "bridge connected", func() bool { return b.Stats().State == StateConnected })
+	atRemote := collect(t, remote.addr, "cloud-sub", "site/#", "cmd/#")
+	atLocal := collect(t, local.addr, "plc", "cmd/#", "plant/#")
+
+	acked := publish(t, local.addr, "plc-pub", []string{"plant/line1/temp", "plant/line2/temp"}, 20)
+	brokertest.Eventually(t, wait, "40 messages at the remote", func() bool { return atRemote.count() >= 40 })
+	if d := verify(t, atRemote.snapshot(), func(s string) string { return "site/gw1/" + strings.TrimPrefix(s, "plant/") }, acked); d != 0 {
+		t.Errorf("%d duplicates", d)
+	}
+	for _, p := range atRemote.snapshot() {
+		if p.Properties == nil || p.Properties.User.Get(ViaProperty) != "gw1" {
+			t.Fatalf("%s has no %s=gw1: %+v", p.Topic, ViaProperty, p.Properties)
+		}
+	}
+
+	acked = publish(t, remote.addr, "scada", []string{"cmd/gw1/setpoint"}, 10)
+	brokertest.Eventually(t, wait, "10 commands locally", func() bool { return b.Stats().Received == 10 })
+	brokertest.Eventually(t, wait, "10 commands at the local subscriber", func() bool {
+		n := 0
+		for _, p := range atLocal.snapshot() {
+			if strings.HasPrefix(p.Topic, "cmd/") {
+				n++
+			}
+		}
+		return n == 10
+	})
+	var cmds []*paho.Publish
+	for _, p := range atLocal.snapshot() {
+		if strings.HasPrefix(p.Topic, "cmd/") {
+			cmds = append(cmds, p)
+		}
+	}
+	verify(t, cmds, func(s string) string { return s }, acked)
+	time.Sleep(200 * time.Millisecond)
+	if n := atRemote.count(); n != 40+10 {
+		t.Errorf("%d messages at the remote, want 50 (the 40 sent and the 10 commands, none twice)", n)
+	}
+	st := b.Stats()
+	t.Logf("stats: %+v", st)
+	if st.Sent != 40 || st.Queued != 0 {
+		t.Errorf("sent %d, queued %d", st.Sent, st.Queued)
+	}
+}
+
+// TestOutage: the remote stops; messages are published and queued; the
+// local gateway stops too and starts again (its queue reloaded); the remote
+// comes back: every acknowledged message arrives, in order per topic.
+func TestOutage(t *testing.T) {
+	remote, local := newNode(t), newNode(t)
+	cfg := siteConfig(remote.addr)
+	cfg.DrainRate = 500
+	b := local.bridge(cfg, "gw1")
+	brokertest.Eventually(t, wait, "bridge connected", func() bool { return b.Stats().State == StateConnected })
+	atRemote := collect(t, remote.addr, "cloud-sub", "site/#")
+	topics := []string{"plant/a", "plant/b", "plant/c"}
+	acked := publish(t, local.addr, "pub1", topics, 50)
+	brokertest.Eventually(t, wait, "150 at the remote", func() bool { return atRemote.count() >= 150 })
+
+	remote.stop()
+	brokertest.Eventually(t, wait, "bridge down", func() bool { return b.Stats().State == StateDown })
+	if err := b.Check(context.Background()); err == nil {
+		t.Error("health check passes while the link is down")
+	}
+	acked = publishFrom(t, local.addr, "pub2", topics, 51, 200)
+	brokertest.Eventually(t, wait, "600 more queued", func() bool { s := b.Stats(); return s.Enqueued == 750 && s.Queued >= 600 })
+	queued := b.Stats().Queued
+	local.stop() // the gateway goes down with its queue on disk
+	local.start(nil)
+	b = local.bridge(cfg, "gw1")
+	if q := b.Stats().Queued; q != queued {
+		t.Fatalf("%d queued after the restart, want %d", q, queued)
+	}
+	remote.start(nil)
+	start := time.Now()
+	brokertest.Eventually(t, wait, "the backlog at the remote", func() bool { return b.Stats().Queued == 0 && atRemote.count() >= 750 })
+	took := time.Since(start)
+	t.Logf("%d queued messages drained in %v (drain_rate 500/s, reconnect included)", queued, took)
+	time.Sleep(200 * time.Millisecond)
+	dups := verify(t, atRemote.snapshot(), func(s string) string { return "site/gw1/" + strings.TrimPrefix(s, "plant/") }, acked)
+	t.Logf("duplicates: %d; stats %+v", dups, b.Stats())
+}
+
+// TestQueueLimit: beyond queue.max_bytes the oldest messages are dropped,
+// counted, and the newest are delivered in order.
+func TestQueueLimit(t *testing.T) {
+	local := newNode(t)
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := l.Addr().String()
+	l.Close() // nothing listens: the link stays down
+	cfg := siteConfig(dead)
+	cfg.Queue.MaxBytes = 4096
+	b := local.bridge(cfg, "gw1")
+	publish(t, local.addr, "pub", []string{"plant/x"}, 200)
+	brokertest.Eventually(t, wait, "200 queued or dropped", func() bool { s := b.Stats(); return s.Enqueued == 200 })
+	s := b.Stats()
+	t.Logf("stats %+v", s)
+	if s.Dropped == 0 || s.QueuedBytes > 4096 || uint64(s.Queued)+s.Dropped != 200 {
+		t.Fatalf("queued %d (%d bytes), dropped %d", s.Queued, s.QueuedBytes, s.Dropped)
+	}
+	// The newest are kept: the queue holds the last Queued messages.
+	var first []byte
+	b.mu.Lock()
+	e := b.ix.oldest()
+	b.mu.Unlock()
+	first, _ = b.store.QueueGet(b.queue, e.seq)
+	m, _ := decodeMessage(first)
+	if want := strconv.Itoa(200 - s.Queued + 1); string(m.payload) != want {
+		t.Errorf("oldest kept is %s, want %s", m.payload, want)
+	}
+}
+
+// TestNoLoop: two gateways bridge the same topics out and in to one
+// remote broker: a message published on either reaches the remote and the
+// other gateway once, and never comes back.
+func TestNoLoop(t *testing.T) {
+	r, a, bn := newNode(t), newNode(t), newNode(t)
+	both := config.Bridge{Name: "up", Addresses: []string{r.addr}, ReconnectDelay: config.Duration(200 * time.Millisecond),
+		Out: []config.BridgeRule{{Filter: "plant/#"}}, In: []config.BridgeRule{{Filter: "plant/#"}}}
+	ba, bb := a.bridge(both, "gwA"), bn.bridge(both, "gwB")
+	brokertest.Eventually(t, wait, "both connected", func() bool {
+		return ba.Stats().State == StateConnected && bb.Stats().State == StateConnected
+	})
+	time.Sleep(200 * time.Millisecond) // subscriptions in place
+	atA, atB, atR := collect(t, a.addr, "subA", "plant/#"), collect(t, bn.addr, "subB", "plant/#"), collect(t, r.addr, "subR", "plant/#")
+	publish(t, a.addr, "pubA", []string{"plant/a"}, 10)
+	publish(t, bn.addr, "pubB", []string{"plant/b"}, 10)
+	publish(t, r.addr, "pubR", []string{"plant/r"}, 10)
+	brokertest.Eventually(t, wait, "30 everywhere", func() bool { return atA.count() >= 30 && atB.count() >= 30 && atR.count() >= 30 })
+	time.Sleep(500 * time.Millisecond)
+	if n, m, o := atA.count(), atB.count(), atR.count(); n != 30 || m != 30 || o != 30 {
+		t.Errorf("A saw %d, B saw %d, the remote %d; want 30 each (a loop repeats them)", n, m, o)
+	}
+	t.Logf("A: %+v", ba.Stats())
+	t.Logf("B: %+v", bb.Stats())
+}
