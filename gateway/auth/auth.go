@@ -203,6 +203,32 @@ func identity(addr net.Addr) string {
 	return ""
 }
 
+// ListenerPolicy is implemented by the remote address of a connection
+// whose listener has an anonymous policy of its own (gateway/listen's
+// allow_anonymous): it overrides auth.allow_anonymous for that listener.
+type ListenerPolicy interface {
+	// AllowAnonymous returns the listener's setting, or nil for none.
+	AllowAnonymous() *bool
+}
+
+// listenerAnonymous returns the anonymous policy of the listener the
+// client at addr came through, or nil.
+func listenerAnonymous(addr net.Addr) *bool {
+	for addr != nil {
+		if p, ok := addr.(ListenerPolicy); ok {
+			if v := p.AllowAnonymous(); v != nil {
+				return v
+			}
+		}
+		u, ok := addr.(interface{ Unwrap() net.Addr })
+		if !ok {
+			break
+		}
+		addr = u.Unwrap()
+	}
+	return nil
+}
+
 // Authenticate decides a CONNECT:
 //
 //   - A client with a certificate identity is accepted as that user.
@@ -214,7 +240,9 @@ func identity(addr net.Addr) string {
 //   - Anyone else is anonymous (without a password file a user name proves
 //     nothing): accepted when allow_anonymous is true; when it is unset and
 //     no password file is configured, accepted from loopback only;
-//     otherwise 0x87 Not authorized (3.1.1: 0x05).
+//     otherwise 0x87 Not authorized (3.1.1: 0x05). A listener's own
+//     allow_anonymous, when set, replaces auth.allow_anonymous for its
+//     clients.
 func (a *Authenticator) Authenticate(ctx context.Context, req broker.ConnectRequest) packet.ReasonCode {
 	if identity(req.RemoteAddr) != "" {
 		return packet.Success
@@ -223,7 +251,11 @@ func (a *Authenticator) Authenticate(ctx context.Context, req broker.ConnectRequ
 	if req.Username != "" && r.pw != nil {
 		return a.checkPassword(ctx, r.pw, req)
 	}
-	switch allow := a.cfg.AllowAnonymous; {
+	allow := a.cfg.AllowAnonymous
+	if l := listenerAnonymous(req.RemoteAddr); l != nil {
+		allow = l
+	}
+	switch {
 	case allow != nil && *allow:
 		return packet.Success
 	case allow == nil && r.pw == nil && isLocal(req.RemoteAddr):

@@ -84,6 +84,11 @@ type Config struct {
 	// one is disconnected (0x95). Zero: mqtt.max_packet_size. It can only
 	// lower that bound, not raise it.
 	MaxPacketSize Size `yaml:"max_packet_size"`
+
+	// AllowAnonymous, when set, replaces auth.allow_anonymous for this
+	// listener's clients: anonymous clients may use a loopback listener
+	// for local tools while the plant-facing one asks for passwords.
+	AllowAnonymous *bool `yaml:"allow_anonymous"`
 }
 
 // Size is a number of bytes, written plainly or with KiB or MiB.

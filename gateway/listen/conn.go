@@ -16,8 +16,14 @@ import (
 // the status page expect.
 type PeerAddr struct {
 	Addr net.Addr // the TCP address
-	ID   string   // the certificate's name
+	ID   string   // the certificate's name, or ""
+	// Anonymous is the listener's allow_anonymous, nil when it has none.
+	Anonymous *bool
 }
+
+// AllowAnonymous returns the listener's anonymous policy (gateway/auth's
+// ListenerPolicy), or nil.
+func (a *PeerAddr) AllowAnonymous() *bool { return a.Anonymous }
 
 // Network returns the network of the address.
 func (a *PeerAddr) Network() string { return a.Addr.Network() }
@@ -31,13 +37,13 @@ func (a *PeerAddr) Identity() string { return a.ID }
 // Unwrap returns the TCP address, for code that needs the IP.
 func (a *PeerAddr) Unwrap() net.Addr { return a.Addr }
 
-// peerAddr returns addr with the identity, or addr alone when there is
-// none.
-func peerAddr(addr net.Addr, id string) net.Addr {
-	if id == "" {
+// peerAddr returns addr with the identity and the listener's anonymous
+// policy, or addr alone when there are neither.
+func peerAddr(addr net.Addr, id string, anon *bool) net.Addr {
+	if id == "" && anon == nil {
 		return addr
 	}
-	return &PeerAddr{Addr: addr, ID: id}
+	return &PeerAddr{Addr: addr, ID: id, Anonymous: anon}
 }
 
 // certIdentity is the name of the verified client certificate of a TLS
@@ -87,11 +93,21 @@ type countedConn struct {
 	*net.TCPConn
 	c         *counter
 	once      sync.Once
-	maxPacket int // the listener's max_packet_size, 0 for the broker's
+	maxPacket int      // the listener's max_packet_size, 0 for the broker's
+	remote    net.Addr // a *PeerAddr when the listener has an anonymous policy, else nil
 }
 
 // MaxPacketSize implements broker.ListenerLimits.
 func (c *countedConn) MaxPacketSize() int { return c.maxPacket }
+
+// RemoteAddr returns the client's address, a *PeerAddr carrying the
+// listener's anonymous policy when it has one.
+func (c *countedConn) RemoteAddr() net.Addr {
+	if c.remote != nil {
+		return c.remote
+	}
+	return c.TCPConn.RemoteAddr()
+}
 
 // Close closes the connection and gives its place back.
 func (c *countedConn) Close() error {

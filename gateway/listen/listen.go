@@ -320,7 +320,11 @@ func (l *Listener) acceptCounted() (net.Conn, error) {
 			l.count.release()
 			continue
 		}
-		return &countedConn{TCPConn: tc, c: &l.count, maxPacket: int(l.cfg.MaxPacketSize)}, nil
+		cc := &countedConn{TCPConn: tc, c: &l.count, maxPacket: int(l.cfg.MaxPacketSize)}
+		if l.cfg.AllowAnonymous != nil {
+			cc.remote = peerAddr(tc.RemoteAddr(), "", l.cfg.AllowAnonymous)
+		}
+		return cc, nil
 	}
 }
 
@@ -366,7 +370,7 @@ func (l *Listener) handshake(tc *tls.Conn) {
 	tc.SetDeadline(time.Time{})
 	cs := tc.ConnectionState()
 	id := certIdentity(&cs)
-	c := &tlsConn{Conn: tc, remote: peerAddr(tc.RemoteAddr(), id), id: id, maxPacket: int(l.cfg.MaxPacketSize)}
+	c := &tlsConn{Conn: tc, remote: peerAddr(tc.RemoteAddr(), id, l.cfg.AllowAnonymous), id: id, maxPacket: int(l.cfg.MaxPacketSize)}
 	select {
 	case l.ready <- c:
 	case <-l.done:

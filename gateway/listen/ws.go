@@ -50,7 +50,7 @@ func (l *Listener) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	remote := netAddr(r.RemoteAddr)
 	id := certIdentity(r.TLS)
-	nc := newWSConn(c, peerAddr(remote, id), id)
+	nc := newWSConn(c, peerAddr(remote, id, l.cfg.AllowAnonymous), id)
 	nc.maxPacket = int(l.cfg.MaxPacketSize)
 	select {
 	case l.ready <- nc:

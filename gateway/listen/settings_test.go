@@ -1,6 +1,7 @@
 package listen
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -50,6 +51,32 @@ func TestSizeParse(t *testing.T) {
 		var z Size
 		if err := yaml.Unmarshal([]byte(in), &z); err == nil {
 			t.Errorf("%q accepted as %d", in, z)
+		}
+	}
+}
+
+// TestListenerAllowAnonymous: a listener's allow_anonymous replaces
+// auth.allow_anonymous for its clients, in both directions, over plain
+// TCP (the only transport here whose address carries nothing else).
+func TestListenerAllowAnonymous(t *testing.T) {
+	closed := listen(t, Config{Type: TCP, AllowAnonymous: new(false)}, Options{})
+	open := listen(t, Config{Type: TCP, AllowAnonymous: new(true)}, Options{})
+	plain := listen(t, Config{Type: TCP}, Options{})
+	dir := t.TempDir()
+	pw := dir + "/passwd"
+	if err := os.WriteFile(pw, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// With a password file, anonymous clients are refused unless a
+	// listener lets them in.
+	serve(t, newAuth(t, auth.Config{PasswordFile: pw}), broker.Options{}, closed, open, plain)
+	for _, tc := range []struct {
+		l    *Listener
+		want packet.ReasonCode
+	}{{closed, packet.NotAuthorized}, {open, packet.Success}, {plain, packet.NotAuthorized}} {
+		_, ca := brokertest.Connect(t, tc.l.Addr().String(), &packet.Connect{Version: packet.V5, ClientID: []byte("anon"), CleanStart: true})
+		if ca.Reason != tc.want {
+			t.Errorf("%s: CONNACK %v, want %v", tc.l.Addr(), ca.Reason, tc.want)
 		}
 	}
 }
