@@ -18,6 +18,10 @@ func TestFrameRoundTrip(t *testing.T) {
 		{kind: kindAnswer, seq: 9, status: statusError, text: "disk full"},
 		{kind: kindPing, seq: 1},
 		{kind: kindPong, seq: 1},
+		{kind: kindCall, seq: 5, text: "handover", body: []byte("plc/7")},
+		{kind: kindResult, seq: 5, status: statusAccepted, body: []byte("state")},
+		{kind: kindResult, seq: 6, status: statusError, text: "gone"},
+		{kind: kindRetain, msg: m},
 	}
 	frame := []byte{frameVersion}
 	for i := range recs {
@@ -48,7 +52,19 @@ func TestFrameRoundTrip(t *testing.T) {
 			t.Errorf("record %d: kind %d seq %d, want %d %d", i, r.kind, r.seq, w.kind, w.seq)
 		}
 		switch r.kind {
-		case kindForward, kindDeliver:
+		case kindCall:
+			if string(r.to[0]) != w.text || string(r.body) != string(w.body) {
+				t.Errorf("record %d: call %q(%q)", i, r.to[0], r.body)
+			}
+		case kindResult:
+			want := string(w.body)
+			if w.status == statusError {
+				want = w.text
+			}
+			if r.status != w.status || string(r.body) != want {
+				t.Errorf("record %d: result %d %q", i, r.status, r.body)
+			}
+		case kindForward, kindDeliver, kindRetain:
 			dm, err := broker.UnmarshalMessage(r.body)
 			if err != nil || dm.Topic != m.Topic || !bytes.Equal(dm.Payload, m.Payload) || !dm.Retain {
 				t.Errorf("record %d: message %+v, %v", i, dm, err)
@@ -113,6 +129,10 @@ func FuzzFrame(f *testing.F) {
 		{kind: kindDeliver, seq: 1, msg: m, to: Target{Group: "g", Filter: "f", Client: "c"}},
 		{kind: kindAnswer, seq: 1, status: statusError, text: "e"},
 		{kind: kindPong, seq: 2},
+		{kind: kindCall, seq: 3, text: "handover", body: []byte("plc/7")},
+		{kind: kindResult, seq: 3, status: statusAccepted, body: []byte{1, 2, 3}},
+		{kind: kindResult, seq: 4, status: statusError, text: "no"},
+		{kind: kindRetain, msg: m},
 	} {
 		seed = appendRecord(seed, &r)
 	}
@@ -128,7 +148,7 @@ func FuzzFrame(f *testing.F) {
 			if !ok || err != nil {
 				return
 			}
-			if r.kind == kindForward || r.kind == kindDeliver {
+			if r.kind == kindForward || r.kind == kindDeliver || r.kind == kindRetain {
 				broker.UnmarshalMessage(r.body) //nolint:errcheck // must not panic
 			}
 		}
