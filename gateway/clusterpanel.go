@@ -65,27 +65,32 @@ func (e *etcdStatus) close() {
 	<-e.done
 }
 
-// poll asks every endpoint for its Status at once, and the member list
-// for the names.
+// poll asks the member list for the names, then every endpoint for its
+// Status at once, each step within etcdPollTimeout.
 func (e *etcdStatus) poll() {
-	ctx, cancel := context.WithTimeout(context.Background(), etcdPollTimeout)
+	base, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { // the poll ends with close, not up to 2 s later
+	go func() { // the poll ends with close, not up to 4 s later
 		select {
 		case <-e.stop:
 			cancel()
-		case <-ctx.Done():
+		case <-base.Done():
 		}
 	}()
 	out := &web.EtcdStatus{Checked: time.Now().UTC()}
 	names := map[uint64]string{}
-	if ml, err := e.cli.MemberList(ctx); err != nil {
+	ctx, cancelList := context.WithTimeout(base, etcdPollTimeout)
+	ml, err := e.cli.MemberList(ctx)
+	cancelList()
+	if err != nil {
 		out.Error = "member list: " + err.Error()
 	} else {
 		for _, m := range ml.Members {
 			names[m.ID] = m.Name
 		}
 	}
+	ctx, cancelStatus := context.WithTimeout(base, etcdPollTimeout)
+	defer cancelStatus()
 	eps := e.cli.Endpoints()
 	out.Endpoints = make([]web.EtcdEndpoint, len(eps))
 	leaders := make([]uint64, len(eps))

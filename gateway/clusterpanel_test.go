@@ -66,10 +66,10 @@ func TestClusterPanel(t *testing.T) {
 	gw2 := start("gw2", func(c *config.Config) { c.Cluster.Etcd.Endpoints = []string{clientURL} })
 
 	var c clusterJSON
-	brokertest.Eventually(t, 20*time.Second, "both panels with a healthy peer, a round trip and etcd polled", func() bool {
+	brokertest.Eventually(t, 30*time.Second, "both panels with a healthy peer, a round trip and etcd polled healthy", func() bool {
 		for _, g := range []*gateway.Gateway{gw1, gw2} {
 			c = getCluster(t, g)
-			if len(c.Nodes) != 2 || c.Etcd.Checked.IsZero() || c.Registry.State != "healthy" {
+			if len(c.Nodes) != 2 || !c.Etcd.Healthy || c.Registry.State != "healthy" {
 				return false
 			}
 			for _, n := range c.Nodes {
