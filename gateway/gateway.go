@@ -113,7 +113,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	if cfg == nil {
 		cfg = config.Default()
 	}
-	if err := errors.Join(cfg.Validate(), cfg.ValidateBridges()); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.WithDefaults()

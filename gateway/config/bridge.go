@@ -164,7 +164,7 @@ func (r *BridgeRule) Map(t string) string {
 }
 
 // ValidateBridges checks the bridges section, naming each key and, for a
-// file, its line. gateway.Start calls it after Validate.
+// file, its line. Validate calls it.
 func (c *Config) ValidateBridges() error {
 	v := validator{src: c.src}
 	names := make(map[string]int)

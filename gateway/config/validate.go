@@ -163,7 +163,7 @@ func (c *Config) Validate() error {
 			v.errs = append(v.errs, &Error{Err: err})
 		}
 	}
-	return errors.Join(v.errs...)
+	return errors.Join(append(v.errs, c.ValidateBridges())...) // bridge.go
 }
 
 // minTimeout is the shortest time limit accepted: anything shorter is a
