@@ -10,8 +10,10 @@
 // persistent session (so the broker keeps what it routed to the bridge
 // across a restart) and manual acknowledgements. Its out subscriptions have
 // No Local, so what the bridge publishes locally never goes back out
-// through it. The remote side is an autopaho connection manager (address
-// failover, reconnects with backoff).
+// through it. The remote side is a link (link.go): for MQTT 5 an autopaho
+// connection manager (link5.go), for MQTT 3.1.1 a paho.mqtt.golang client
+// made afresh for each connection (link311.go); both fail over between the
+// addresses and reconnect with backoff.
 //
 // An outbound QoS 1 message takes this path:
 //
@@ -44,8 +46,8 @@
 // message coming in that already names this node is dropped (counted in
 // Loops). That stops a message from going round two gateways that bridge
 // the same topics to each other or through a common broker. MQTT 3.1.1 has
-// neither: config.ValidateBridges refuses in and out rules that overlap at
-// the remote.
+// neither at the remote: config.ValidateBridges refuses in and out rules
+// that overlap there (the local side still has No Local).
 package bridge
 
 import (
@@ -122,7 +124,8 @@ type Bridge struct {
 	wake      chan struct{}
 	synced    chan *pending // entries waiting for their commit, in order
 
-	local, remote *autopaho.ConnectionManager
+	local  *autopaho.ConnectionManager
+	remote link
 
 	mu        sync.Mutex
 	ix        *index
@@ -198,9 +201,6 @@ func New(o Options) (*Bridge, error) {
 		}
 		b.tlsCfg = c
 	}
-	if cfg.Protocol != 5 {
-		return nil, fmt.Errorf("bridge %s: protocol %d: only MQTT 5 remotes are supported by this version", cfg.Name, cfg.Protocol)
-	}
 	// Rebuild the index from the file: every entry is committed.
 	err := o.Store.QueueScan(b.queue, func(seq uint64, v []byte) error {
 		m, err := decodeMessage(v)
@@ -243,9 +243,10 @@ func (b *Bridge) Start() error {
 		return fmt.Errorf("bridge %s: local client: %w", b.cfg.Name, err)
 	}
 	// Outbound messages are queued before the remote is reached.
-	rc, err := b.remoteConfig()
-	if err == nil {
-		b.remote, err = autopaho.NewConnection(b.ctx, rc)
+	if b.cfg.Protocol == 311 {
+		b.remote, err = newLink311(b)
+	} else {
+		b.remote, err = newLink5(b)
 	}
 	if err != nil {
 		b.cancel()
@@ -273,12 +274,12 @@ func (b *Bridge) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if b.remote != nil {
-		_ = b.remote.Disconnect(ctx)
+		b.remote.disconnect(ctx)
 	}
 	_ = b.local.Disconnect(ctx)
 	b.cancel()
 	if b.remote != nil {
-		<-b.remote.Done()
+		<-b.remote.done()
 	}
 	<-b.local.Done()
 	b.wg.Wait()
@@ -400,7 +401,7 @@ func (b *Bridge) fromLocal(pr paho.PublishReceived) (bool, error) {
 		}
 		b.mu.Unlock()
 		if up {
-			if _, err := b.remote.Publish(b.ctx, m.publish()); err != nil {
+			if _, err := b.remote.publish(b.ctx, m); err != nil {
 				b.mu.Lock()
 				b.c.DroppedQoS0++
 				b.mu.Unlock()
@@ -519,106 +520,36 @@ func (b *Bridge) dropLocked(e *entry) {
 
 // --- the remote side ---
 
-func (b *Bridge) remoteConfig() (autopaho.ClientConfig, error) {
-	var urls []*url.URL
-	for _, a := range b.cfg.Addresses {
-		s := a
-		if !strings.Contains(s, "://") {
-			if b.tlsCfg != nil {
-				s = "tls://" + s
-			} else {
-				s = "mqtt://" + s
-			}
-		}
-		u, err := url.Parse(s)
-		if err != nil {
-			return autopaho.ClientConfig{}, fmt.Errorf("address %q: %w", a, err)
-		}
-		if u.Scheme == "mqtts" || u.Scheme == "ssl" {
-			u.Scheme = "tls"
-		}
-		urls = append(urls, u)
+// linkUp records that the link is up: what is queued now is backlog.
+func (b *Bridge) linkUp(sessionPresent bool) {
+	b.mu.Lock()
+	b.backlog = b.ix.last
+	b.tokens, b.tokensAt = 0, b.now()
+	b.setState(StateConnected)
+	b.mu.Unlock()
+	b.log.Info("connected to the remote", "session_present", sessionPresent)
+	b.poke()
+}
+
+// linkDown records that the link went down.
+func (b *Bridge) linkDown() {
+	b.mu.Lock()
+	if b.state == StateConnected {
+		b.setState(StateDown)
 	}
-	maxDelay := time.Duration(b.cfg.ReconnectDelay)
-	minDelay := min(250*time.Millisecond, maxDelay/2)
-	recvMax := uint16(256)
-	return autopaho.ClientConfig{
-		ServerUrls:                    urls,
-		TlsCfg:                        b.tlsCfg,
-		KeepAlive:                     uint16(time.Duration(b.cfg.KeepAlive) / time.Second),
-		CleanStartOnInitialConnection: false,
-		SessionExpiryInterval:         uint32(time.Duration(b.cfg.SessionExpiry) / time.Second),
-		ReconnectBackoff:              autopaho.NewExponentialBackoff(minDelay, maxDelay, minDelay+1, 2),
-		ConnectTimeout:                10 * time.Second,
-		ConnectUsername:               b.cfg.Username,
-		ConnectPassword:               []byte(b.cfg.Password),
-		ConnectPacketBuilder: func(c *paho.Connect, _ *url.URL) (*paho.Connect, error) {
-			if c.Properties == nil {
-				c.Properties = &paho.ConnectProperties{}
-			}
-			c.Properties.ReceiveMaximum = &recvMax
-			return c, nil
-		},
-		OnConnectionUp: func(cm *autopaho.ConnectionManager, ca *paho.Connack) {
-			b.mu.Lock()
-			b.backlog = b.ix.last // what is queued now is backlog
-			b.tokens, b.tokensAt = 0, b.now()
-			b.addr = ""
-			b.setState(StateConnected)
-			b.mu.Unlock()
-			b.log.Info("connected to the remote", "session_present", ca.SessionPresent)
-			b.poke()
-			if len(b.in) == 0 {
-				return
-			}
-			s := &paho.Subscribe{}
-			for _, r := range b.in {
-				s.Subscriptions = append(s.Subscriptions, paho.SubscribeOptions{
-					Topic: r.Filter, QoS: byte(*r.QoS), NoLocal: true, RetainAsPublished: true, RetainHandling: 1,
-				})
-			}
-			go func() {
-				if _, err := cm.Subscribe(b.ctx, s); err != nil && b.ctx.Err() == nil {
-					b.fail("remote subscribe", err)
-				}
-			}()
-		},
-		OnConnectionDown: func() bool {
-			b.mu.Lock()
-			if b.state == StateConnected {
-				b.setState(StateDown)
-			}
-			b.mu.Unlock()
-			b.log.Warn("lost the remote")
-			return true
-		},
-		OnConnectError: func(err error) {
-			if b.ctx.Err() == nil {
-				b.fail("connect", err)
-			}
-		},
-		ClientConfig: paho.ClientConfig{
-			ClientID:                   b.cfg.ClientID,
-			EnableManualAcknowledgment: true,
-			SendAcksInterval:           5 * time.Millisecond,
-			OnPublishReceived:          []func(paho.PublishReceived) (bool, error){b.fromRemote},
-			OnServerDisconnect: func(d *paho.Disconnect) {
-				b.fail("remote disconnected", fmt.Errorf("DISCONNECT reason 0x%02X", d.ReasonCode))
-			},
-		},
-	}, nil
+	b.mu.Unlock()
+	b.log.Warn("lost the remote")
 }
 
 // fromRemote handles a message from the remote: loops are dropped, the
-// rest published locally, and a QoS 1 message acknowledged to the remote
-// only once the local broker has acknowledged it (it is then on disk for
-// every persistent local subscriber).
-func (b *Bridge) fromRemote(pr paho.PublishReceived) (bool, error) {
-	p := pr.Packet
-	defer func() { _ = pr.Client.Ack(p) }()
+// rest published locally. It returns once the local broker has
+// acknowledged a QoS 1 message (it is then on disk for every persistent
+// local subscriber) or the bridge is closing; the link acknowledges it to
+// the remote after that.
+func (b *Bridge) fromRemote(p *paho.Publish) {
 	r := matchRule(b.in, p.Topic)
 	if r == nil {
-		return true, nil
+		return
 	}
 	lp := &paho.Publish{Topic: r.Map(p.Topic), QoS: min(p.QoS, byte(*r.QoS)), Retain: p.Retain && *r.Retain, Payload: p.Payload}
 	if pp := p.Properties; pp != nil {
@@ -627,7 +558,7 @@ func (b *Bridge) fromRemote(pr paho.PublishReceived) (bool, error) {
 				b.mu.Lock()
 				b.c.Loops++
 				b.mu.Unlock()
-				return true, nil
+				return
 			}
 		}
 		lp.Properties = &paho.PublishProperties{ContentType: pp.ContentType, User: pp.User, CorrelationData: pp.CorrelationData,
@@ -639,10 +570,10 @@ func (b *Bridge) fromRemote(pr paho.PublishReceived) (bool, error) {
 			b.mu.Lock()
 			b.c.Received++
 			b.mu.Unlock()
-			return true, nil
+			return
 		}
 		if b.ctx.Err() != nil {
-			return true, nil
+			return
 		}
 		// The local broker refused it (0x97 while its disk fails, say):
 		// retry, holding the remote's acknowledgement back.
@@ -650,7 +581,7 @@ func (b *Bridge) fromRemote(pr paho.PublishReceived) (bool, error) {
 		select {
 		case <-time.After(time.Second):
 		case <-b.ctx.Done():
-			return true, nil
+			return
 		}
 	}
 }
@@ -739,7 +670,7 @@ func (b *Bridge) send(e *entry) {
 	b.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
-	resp, err := b.remote.Publish(ctx, m.publish())
+	rc, err := b.remote.publish(ctx, m)
 	cancel()
 
 	b.mu.Lock()
@@ -750,7 +681,7 @@ func (b *Bridge) send(e *entry) {
 	case err == nil:
 		b.c.Sent++
 		b.dropLocked(e)
-	case resp != nil && permanent(resp.ReasonCode):
+	case permanent(rc):
 		// The remote will never take it (not authorised, bad topic, too
 		// large): dropped and counted rather than blocking its topic.
 		b.c.Rejected++
@@ -773,15 +704,6 @@ func permanent(rc byte) bool {
 		return true
 	}
 	return false
-}
-
-func (m *message) publish() *paho.Publish {
-	p := &paho.Publish{Topic: m.topic, QoS: m.qos, Retain: m.retain, Payload: m.payload,
-		Properties: &paho.PublishProperties{ContentType: m.ctype}}
-	for _, kv := range m.user {
-		p.Properties.User = append(p.Properties.User, paho.UserProperty{Key: kv[0], Value: kv[1]})
-	}
-	return p
 }
 
 // matchRule returns the first rule whose filter matches t.

@@ -2,12 +2,14 @@ package bridge
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,11 +98,14 @@ func (n *node) stop() {
 	n.srv = nil
 }
 
-// collector is a persistent-session subscriber that reconnects.
+// collector is a persistent-session subscriber that reconnects and
+// subscribes again on every connection (a remote without persistence
+// forgets its session when it restarts).
 type collector struct {
 	mu   sync.Mutex
 	msgs []*paho.Publish
 	cm   *autopaho.ConnectionManager
+	subs atomic.Int32 // SUBACKs received
 }
 
 func collect(t *testing.T, addr, id string, filters ...string) *collector {
@@ -118,7 +123,11 @@ func collect(t *testing.T, addr, id string, filters ...string) *collector {
 			for _, f := range filters {
 				s.Subscriptions = append(s.Subscriptions, paho.SubscribeOptions{Topic: f, QoS: 1})
 			}
-			go cm.Subscribe(ctx, s)
+			go func() {
+				if _, err := cm.Subscribe(ctx, s); err == nil {
+					c.subs.Add(1)
+				}
+			}()
 		},
 		ClientConfig: paho.ClientConfig{ClientID: id, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
 			func(pr paho.PublishReceived) (bool, error) {
@@ -144,7 +153,9 @@ func collect(t *testing.T, addr, id string, filters ...string) *collector {
 	if err := cm.AwaitConnection(wctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // its SUBSCRIBE is on the way
+	if len(filters) > 0 {
+		brokertest.Eventually(t, wait, id+" subscribed", func() bool { return c.subs.Load() > 0 })
+	}
 	return c
 }
 
@@ -219,11 +230,22 @@ func siteConfig(remote string) config.Bridge {
 	}
 }
 
+// forProtocols runs f as a subtest for an MQTT 5 and an MQTT 3.1.1 bridge.
+func forProtocols(t *testing.T, f func(t *testing.T, protocol int)) {
+	for _, p := range []int{5, 311} {
+		t.Run(fmt.Sprint("mqtt", p), func(t *testing.T) { f(t, p) })
+	}
+}
+
 // TestOutAndIn: messages flow out with the prefix remapped and in, with
-// their properties; a message from the remote is not sent back.
-func TestOutAndIn(t *testing.T) {
+// their properties (MQTT 5); a message from the remote is not sent back.
+func TestOutAndIn(t *testing.T) { forProtocols(t, testOutAndIn) }
+
+func testOutAndIn(t *testing.T, protocol int) {
 	remote, local := newNode(t), newNode(t)
-	b := local.bridge(siteConfig(remote.addr), "gw1")
+	cfg := siteConfig(remote.addr)
+	cfg.Protocol = protocol
+	b := local.bridge(cfg, "gw1")
 	brokertest.Eventually(t, wait, "bridge connected", func() bool { return b.Stats().State == StateConnected })
 	atRemote := collect(t, remote.addr, "cloud-sub", "site/#", "cmd/#")
 	atLocal := collect(t, local.addr, "plc", "cmd/#", "plant/#")
@@ -234,7 +256,7 @@ func TestOutAndIn(t *testing.T) {
 		t.Errorf("%d duplicates", d)
 	}
 	for _, p := range atRemote.snapshot() {
-		if p.Properties == nil || p.Properties.User.Get(ViaProperty) != "gw1" {
+		if protocol == 5 && (p.Properties == nil || p.Properties.User.Get(ViaProperty) != "gw1") {
 			t.Fatalf("%s has no %s=gw1: %+v", p.Topic, ViaProperty, p.Properties)
 		}
 	}
@@ -271,9 +293,12 @@ func TestOutAndIn(t *testing.T) {
 // TestOutage: the remote stops; messages are published and queued; the
 // local gateway stops too and starts again (its queue reloaded); the remote
 // comes back: every acknowledged message arrives, in order per topic.
-func TestOutage(t *testing.T) {
+func TestOutage(t *testing.T) { forProtocols(t, testOutage) }
+
+func testOutage(t *testing.T, protocol int) {
 	remote, local := newNode(t), newNode(t)
 	cfg := siteConfig(remote.addr)
+	cfg.Protocol = protocol
 	cfg.DrainRate = 500
 	b := local.bridge(cfg, "gw1")
 	brokertest.Eventually(t, wait, "bridge connected", func() bool { return b.Stats().State == StateConnected })
