@@ -8,10 +8,11 @@ FUZZTIME ?= 60s
 
 .PHONY: run build test vet fuzz bench bench-compare cross clean test-arm systemd-check dist dist-check sdimage-smoke appliance-test
 
-## run: build and start a standalone broker on :1883 with its data in ./data
+## run: build and start a standalone broker on :1883 with its data in ./data;
+## CONFIG=FILE starts it with that configuration file (its listeners) instead
 run: build
 	mkdir -p $(DATA_DIR)
-	./$(BIN)/linemq -mqtt-listen :1883 -http-listen :8080 -data-dir $(DATA_DIR)
+	./$(BIN)/linemq $(if $(CONFIG),-config $(CONFIG),-mqtt-listen :1883 -http-listen :8080) -data-dir $(DATA_DIR)
 
 ## build: the daemon and the bench tool for this machine
 build:
