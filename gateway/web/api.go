@@ -40,6 +40,7 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("GET /api/v1/cluster", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, r, http.StatusOK, panelJSON(s.opts.Cluster, "standalone node: no cluster configured"))
 	})
+	mux.HandleFunc("GET /api/v1/bridges", s.handleBridges)
 	mux.HandleFunc("GET /api/v1/hw", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, r, http.StatusOK, panelJSON(s.opts.Hardware, "no hardware configured (status LEDs, watchdog)"))
 	})
@@ -92,6 +93,7 @@ type statusJSON struct {
 	Storage json.RawMessage `json:"storage"`
 	Cluster json.RawMessage `json:"cluster"`
 	HW      json.RawMessage `json:"hw"`
+	Bridges []bridgeJSON    `json:"bridges"`
 }
 
 type nodeJSON struct {
@@ -196,6 +198,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	out.Storage = mustJSON(s.storageJSON(st))
 	out.Cluster = mustJSON(panelJSON(s.opts.Cluster, "standalone node: no cluster configured"))
 	out.HW = mustJSON(panelJSON(s.opts.Hardware, "no hardware configured (status LEDs, watchdog)"))
+	out.Bridges = s.bridgesList()
 	writeJSON(w, r, http.StatusOK, out)
 }
 

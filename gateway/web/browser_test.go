@@ -111,6 +111,25 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Errorf("cluster panel's peer row %q", got)
 	}
 
+	// The bridges panel: a row per bridge, the one that is down
+	// highlighted with its last error.
+	if got := text(`#bridges tr[data-bridge="site"] td[data-field="state"]`); !strings.Contains(got, "connected") {
+		t.Errorf("site bridge's state %q", got)
+	}
+	if got := text(`#bridges tr[data-bridge="site"] td[data-field="sent_rate"]`); got != "103" {
+		t.Errorf("site bridge's sent rate %q", got)
+	}
+	run("the down bridge highlighted", 10*time.Second, chromedp.WaitVisible(chromedp.CSS(`#bridges tr.degraded[data-bridge="cloud"]`)))
+	if got := text(`#bridges tr[data-bridge="cloud"] td[data-field="queued"]`); got != "84,210 · 25.0 MiB" {
+		t.Errorf("cloud bridge's queue %q", got)
+	}
+	if got := text(`#bridges tr[data-bridge="cloud"] td[data-field="last_error"]`); !strings.Contains(got, "i/o timeout") || !strings.Contains(got, "ago") {
+		t.Errorf("cloud bridge's last error %q", got)
+	}
+	if got := text(`#bridges tr[data-bridge="cloud"] td[data-field="dropped"]`); got != "3" {
+		t.Errorf("cloud bridge's drops %q", got)
+	}
+
 	// Live: each member's delivered count moves while telemetry flows.
 	for _, w := range []string{"w1", "w2", "w3"} {
 		sel := `tr.member[data-member="` + w + `"] td[data-field="delivered"]`
@@ -275,6 +294,17 @@ func newPlant(t *testing.T) *plant {
 				Etcd: EtcdStatus{Healthy: true, Leader: "line3-gw", Checked: time.Now(), Endpoints: []EtcdEndpoint{
 					{Endpoint: "http://10.3.0.11:2379", Member: "line3-gw", Leader: true, Version: "3.5.17", DBSizeBytes: 98304, RaftTerm: 3, RTTSeconds: 0.0008},
 				}},
+			}
+		},
+		Bridges: func() []BridgeStats {
+			st := srv.Stats()
+			return []BridgeStats{
+				{Name: "site", State: "connected", Since: started, Remote: []string{"site-broker:1883"}, Protocol: 5,
+					Queued: 3, QueuedBytes: 1200, OldestQueued: 40 * time.Millisecond, InFlight: 3,
+					Sent: st.MessagesIn / 2, Enqueued: st.MessagesIn / 2, SentRate: 102.5, ReceivedRate: 0.2, Received: 12},
+				{Name: "cloud", State: "down", Since: time.Now().Add(-7 * time.Minute), Remote: []string{"tls://mqtt.example.com:8883"}, Protocol: 311,
+					Queued: 84210, QueuedBytes: 25 << 20, OldestQueued: 7 * time.Minute, Enqueued: 84210, Dropped: 2, Expired: 1,
+					LastError: "connect: dial tcp 203.0.113.7:8883: i/o timeout", LastErrorAt: time.Now().Add(-20 * time.Second)},
 			}
 		},
 		Storage: func() StorageStats {

@@ -13,6 +13,7 @@
 //	/api/v1/storage         the store's figures, or {"configured": false}
 //	/api/v1/cluster         the cluster panel, or {"configured": false}
 //	/api/v1/hw              the hardware panel, or {"configured": false}
+//	/api/v1/bridges         the uplink bridges: state, queue, rates, last error
 //	/metrics                Prometheus text format, from a registry of its own
 //	/healthz                200 while the process serves HTTP
 //	/readyz                 200 when the gateway said it is ready and no health check failed
@@ -60,6 +61,10 @@
 // groups in name order; the rest are left out of /metrics (never out of the
 // API) and counted by linemq_share_series_omitted. With the defaults a
 // scrape holds at most 100*12 + 500*10 share series.
+//
+// The linemq_bridge_* series carry the label bridge, a name from the
+// configuration (and state, of four fixed values): bounded by the bridges
+// configured, none without.
 //
 // # $SYS
 //

@@ -16,6 +16,7 @@ func (s *Server) registerMetrics() error {
 	for _, c := range []prometheus.Collector{
 		newBrokerCollector(s),
 		newClusterCollector(s),
+		newBridgeCollector(s),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {

@@ -53,6 +53,11 @@ type Options struct {
 	// for /metrics (the linemq_cluster_* families); nil on a standalone
 	// gateway, which then exports none of them.
 	ClusterStats func() ClusterStats
+	// Bridges returns the uplink bridges' figures (gateway/bridge), for
+	// the bridges panel, /api/v1/bridges and the linemq_bridge_* families;
+	// nil or an empty list when no bridge is configured: the panel is then
+	// hidden and no bridge series are exported.
+	Bridges func() []BridgeStats
 
 	// Login, when set, makes everything but /healthz and /readyz ask for
 	// a login (HTTP Basic authentication); nil serves everyone.

@@ -186,9 +186,10 @@
     });
     renderCluster($("cluster"), st.cluster);
     renderPanel($("hw"), st.hw, {});
-    // A panel of another part (bridges, ...) goes here: a <section> in
-    // index.html and one line calling renderPanel, or a renderer of its
-    // own like renderCluster.
+    renderBridges(st.bridges || []);
+    // A panel of another part goes here: a <section> in index.html and
+    // one line calling renderPanel, or a renderer of its own like
+    // renderCluster or renderBridges.
     ui.rates = r;
     drawChart(r.history, r.interval_seconds);
   }
@@ -250,6 +251,40 @@
           (e.healthy ? "healthy" : "unhealthy") + " · leader " + (e.leader || "none") + " · checked " + fmtAgo(e.checked))),
       h("ul", { class: "endpoints" }, eps),
     ]);
+  }
+
+  // renderBridges shows one row per uplink bridge; the card is hidden
+  // while no bridge is configured. A bridge that is not connected is
+  // highlighted as degraded things are (it keeps queueing meanwhile).
+  const bridgeDot = { connected: "ok", connecting: "degraded", down: "failed", stopped: "failed" };
+  function renderBridges(bridges) {
+    const card = $("bridges-card");
+    if (card.classList.contains("hidden") !== !bridges.length) card.classList.toggle("hidden", !bridges.length);
+    if (!bridges.length) return;
+    const down = bridges.filter((b) => b.state !== "connected").length;
+    setText($("bridges-count"), bridges.length + (bridges.length === 1 ? " bridge" : " bridges") +
+      (down ? " · " + down + " not connected" : ""));
+    const rows = bridges.map((b) => {
+      const ok = b.state === "connected";
+      const drops = b.dropped + b.expired + b.rejected + b.dropped_qos0;
+      return h("tr", { class: ok ? null : "degraded", data: { bridge: b.name, state: b.state } },
+        h("td", { class: "bname" }, b.name, h("span", { class: "muted" }, b.protocol === 311 ? " 3.1.1" : " v5")),
+        h("td", { data: { field: "state" }, title: b.since ? "since " + b.since : "" },
+          h("span", { class: "dot " + (bridgeDot[b.state] || "degraded") }), " " + b.state,
+          ok ? null : h("span", { class: "muted" }, " " + fmtAgo(b.since).replace(" ago", ""))),
+        h("td", { class: "mono", data: { field: "remote" } }, (b.remote || []).join(", ") || "–"),
+        h("td", { class: "num", data: { field: "queued" } }, fmtInt(b.queued) + " · " + fmtBytes(b.queued_bytes)),
+        h("td", { class: "num", data: { field: "oldest" } }, fmtDur(b.oldest_queued_seconds)),
+        h("td", { class: "num", data: { field: "in_flight" } }, fmtInt(b.in_flight)),
+        h("td", { class: "num", data: { field: "sent_rate" }, title: fmtInt(b.sent) + " sent" }, fmtRate(b.sent_rate)),
+        h("td", { class: "num", data: { field: "received_rate" }, title: fmtInt(b.received) + " received" }, fmtRate(b.received_rate)),
+        h("td", { class: "num", data: { field: "dropped" },
+          title: fmtInt(b.dropped) + " queue full · " + fmtInt(b.expired) + " expired · " + fmtInt(b.rejected) + " rejected · " + fmtInt(b.dropped_qos0) + " QoS 0 while down" },
+          fmtInt(drops)),
+        h("td", { class: b.last_error ? "why" : "muted", data: { field: "last_error" }, title: b.last_error_at || "" },
+          b.last_error ? b.last_error + " · " + fmtAgo(b.last_error_at) : "none"));
+    });
+    patchChildren($("bridges-body"), rows);
   }
 
   // --- chart ---
