@@ -437,6 +437,26 @@ func (g *Gateway) newWeb(tracker *web.Tracker, version string) (*web.Server, err
 		ClusterStats: g.clusterMetrics(),
 		SysInterval:  sys,
 		Logger:       g.log.With("component", "web"),
+		Bridges: func() []web.BridgeStats {
+			// g.bridges is complete, and no longer written, once the
+			// gateway is ready: the page serves before the bridges start.
+			select {
+			case <-g.ready:
+			default:
+				return nil
+			}
+			var out []web.BridgeStats
+			for _, s := range g.Bridges() {
+				out = append(out, web.BridgeStats{
+					Name: s.Name, State: string(s.State), Since: s.Since, Remote: s.Remote, Protocol: s.Version,
+					Queued: s.Queued, QueuedBytes: s.QueuedBytes, OldestQueued: s.OldestAge, InFlight: s.Inflight,
+					Sent: s.Sent, Received: s.Received, Enqueued: s.Enqueued, Dropped: s.Dropped, Expired: s.Expired,
+					Rejected: s.Rejected, DroppedQoS0: s.DroppedQoS0, Loops: s.Loops, Retries: s.Retries,
+					SentRate: s.SentRate, ReceivedRate: s.ReceivedRate, LastError: s.LastError, LastErrorAt: s.LastErrorAt,
+				})
+			}
+			return out
+		},
 	})
 }
 
