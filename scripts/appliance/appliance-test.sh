@@ -11,9 +11,15 @@
 #      "boot partition", checks it with linemq, bind-mounts it over
 #      /etc/linemq; linemq runs with its node_id and watchdog;
 #   1. /readyz answers 200 and the status page is served;
-#   2. an MQTT publish/subscribe round trip, and a shared subscription
-#      ($share/g/...) with two members that splits six messages between
-#      them, each delivered once;
+#   2. an MQTT publish/subscribe round trip; the status LED on line 4 of
+#      the virt board's PL061 (gpiochip0/4), which linemq drives through
+#      periph.io's gpioioctl: a test-only helper in the guest
+#      (scripts/appliance/gpiocheck) finds the line held by linemq, samples
+#      its level from the kernel's GPIO debugfs file (the PL061's data
+#      register) and sees the heartbeat, and drives a spare line (5) high
+#      and low through periph.io, reading it back; then a shared
+#      subscription ($share/g/...) with two members that splits six
+#      messages between them, each delivered once;
 #   3. the watchdog path, through a test-only control in the guest (a port
 #      the init listens on): it freezes linemq (SIGSTOP, a hung process),
 #      and softdog resets the guest, which -no-reboot turns into QEMU
@@ -26,7 +32,7 @@
 # The kernel and busybox come from Debian's arm64 packages (apt-get
 # download after dpkg --add-architecture arm64), cached in
 # $LINEMQ_APPLIANCE_CACHE (default ~/.cache/linemq-appliance).
-# Needs qemu-system-arm, cpio, curl, mosquitto-clients.
+# Needs qemu-system-arm, cpio, curl, mosquitto-clients, Go (the helper).
 set -euo pipefail
 
 bin=$(realpath "${1:?usage: appliance-test.sh BINARY}")
@@ -49,31 +55,9 @@ fail() {
 }
 
 # --- the kernel and busybox, from Debian's arm64 packages (cached)
-if [ ! -f "$cache/ok" ]; then
-	step "fetching Debian's arm64 kernel and busybox into $cache"
-	dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
-	apt-get update -qq
-	kpkg=$(apt-cache depends linux-image-arm64:arm64 | sed -n 's/^ *Depends: \(linux-image-[^:]*-arm64\).*/\1/p' | head -1)
-	[ -n "$kpkg" ] || fail "no linux-image-*-arm64 package found"
-	rm -rf "$cache"
-	mkdir -p "$cache/deb"
-	(
-		cd "$cache/deb"
-		apt-get download "$kpkg:arm64" busybox-static:arm64 2>&1 | grep -v '^W: Download is performed unsandboxed' || true
-	)
-	mkdir -p "$cache/x"
-	for d in "$cache"/deb/*.deb; do dpkg -x "$d" "$cache/x"; done
-	ver=$(ls "$cache/x/lib/modules")
-	cp "$cache/x/boot/vmlinuz-$ver" "$cache/vmlinuz"
-	mkdir -p "$cache/modules"
-	for m in failover net_failover virtio_mmio virtio_net softdog; do
-		find "$cache/x/lib/modules/$ver" -name "$m.ko" -exec cp {} "$cache/modules/" \;
-	done
-	cp "$cache/x/bin/busybox" "$cache/busybox"
-	echo "$kpkg" >"$cache/kernel-package"
-	rm -rf "$cache/x" "$cache/deb"
-	touch "$cache/ok"
-fi
+# shellcheck source=guest-kernel.sh
+. "$repo/scripts/appliance/guest-kernel.sh"
+guest_kernel "$cache" failover net_failover virtio_mmio virtio_net softdog || fail "no guest kernel"
 step "kernel $(cat "$cache/kernel-package"), busybox $(file -b "$cache/busybox" 2>/dev/null | cut -d, -f1-2 || echo static)"
 
 # --- the initramfs
@@ -83,6 +67,8 @@ mkdir -p "$root"/{bin,dev,proc,sys,tmp,run,etc/linemq,lib/modules,usr/bin,var/li
 cp "$cache/busybox" "$root/bin/busybox"
 cp "$cache"/modules/*.ko "$root/lib/modules/"
 install -m 0755 "$bin" "$root/usr/bin/linemq"
+# The test-only PL061 check (scripts/appliance/gpiocheck), for arm64.
+(cd "$repo" && CGO_ENABLED=0 GOOS=linux GOARCH=arm64 go build -trimpath -o "$root/usr/bin/gpiocheck" ./scripts/appliance/gpiocheck)
 # The factory configuration, plus the kernel watchdog the way a board
 # without systemd's RuntimeWatchdogSec= would use it: softdog, 5 s.
 # The factory configuration in /etc/linemq, plus the kernel watchdog as a
@@ -101,9 +87,14 @@ overlay=$repo/buildroot/board/linemq/common/rootfs-overlay
 } >"$root/etc/linemq/linemq.yaml"
 install -D -m 0755 "$overlay/usr/libexec/linemq/apply-config" "$root/usr/libexec/linemq/apply-config"
 mkdir -p "$root/boot" "$root/testdata"
+# The first boot's file also puts the status LED on line 4 of the virt
+# board's PL061 (gpiochip0; line 3 is the power button's input in QEMU's
+# device tree), not optional: linemq must drive it through periph.io's
+# gpioioctl or refuse to start.
 {
 	echo "node_id: appliance-qemu-1"
-	grep -v '^ *#' "$repo/buildroot/board/linemq/common/boot-linemq.yaml" | grep -v '^$'
+	grep -v '^ *#' "$repo/buildroot/board/linemq/common/boot-linemq.yaml" | grep -v '^$' |
+		sed 's|status: {sysfs: ACT, optional: true}|status: {gpio: gpiochip0/4}|'
 	printf '  watchdog: {device: /dev/watchdog, timeout: 5s}\n'
 	printf 'auth:\n  allow_anonymous: true\n'
 } >"$root/testdata/good.yaml"
@@ -124,6 +115,7 @@ mount -t devtmpfs devtmpfs /dev
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run
 mount -t tmpfs -o size=64m,mode=0750 tmpfs /var/lib/linemq
+mount -t debugfs debugfs /sys/kernel/debug
 for m in failover net_failover virtio_mmio virtio_net softdog; do
 	insmod /lib/modules/$m.ko || echo "appliance-init: insmod $m failed"
 done
@@ -152,6 +144,11 @@ while true; do
 	freeze)
 		echo "appliance-init: freezing linemq (SIGSTOP): nothing feeds the watchdog now"
 		kill -STOP "$pid"
+		;;
+	gpio)
+		# The status LED on the PL061: held by linemq, blinking; and a
+		# spare line driven and read back through periph.io.
+		/usr/bin/gpiocheck -chip pl061 -watch 4 -for 3s -roundtrip 5
 		;;
 	fill)
 		dd if=/dev/zero of=/var/lib/linemq/fill bs=1M 2>/dev/null
@@ -228,6 +225,18 @@ mosquitto_pub -h 127.0.0.1 -p "$mqtt" -V 5 -q 1 -i rt-pub -t appliance/rt -m "he
 wait "$rtsub" || fail "round trip: nothing received"
 [ "$(cat "$work/rt")" = "hello from the host" ] || fail "round trip: got '$(cat "$work/rt")'"
 echo "  appliance/rt: sent and received \"$(cat "$work/rt")\""
+
+step "status LED on the emulated PL061 (gpiochip0 line 4): driven by linemq through periph.io's gpioioctl, read back in the guest"
+grep -q 'msg=hardware .*board="linux,dummy-virt' "$work/console.log" || fail "no hardware line from linemq"
+grep 'msg=hardware ' "$work/console.log" | grep -q 'leds="status=simulated' && fail "linemq simulated its status LED instead of driving gpiochip0/4"
+control gpio
+deadline=$((SECONDS + 20))
+until grep -qE 'gpiocheck: (PASS|FAIL)' "$work/console.log"; do
+	[ $SECONDS -lt $deadline ] || fail "no answer from gpiocheck within 20 s"
+	sleep 0.5
+done
+grep -E '^gpiocheck:' "$work/console.log" | sed 's/^/  | /' | cut -c1-240
+grep -q 'gpiocheck: PASS' "$work/console.log" || fail "the status LED's PL061 line: $(grep 'gpiocheck: FAIL' "$work/console.log")"
 
 step "shared subscription: \$share/workers/appliance/jobs, two members, six messages"
 for m in 1 2; do
