@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/linemq/linemq/broker/packet"
 )
 
 // Options configure a Server. The zero value of every field means its
@@ -175,6 +177,13 @@ type Options struct {
 	// DisableSharedSubs refuses $share filters (0x9E).
 	DisableSharedSubs bool
 
+	// DeniedSubscriptionReason is the v5 SUBACK reason code for a filter
+	// the Authenticator refuses: packet.NotAuthorized (0x87, the default)
+	// or packet.UnspecifiedError (0x80), for MQTT 5 clients that take
+	// only 0x80 as a failure (the Paho interoperability suite's among
+	// them). 3.1.1 always gets 0x80.
+	DeniedSubscriptionReason packet.ReasonCode
+
 	// IdleParkAfter is how long a client may send nothing before its
 	// connection is parked: its reader goroutine and read buffer are
 	// released and one epoll set watches its socket instead (Linux). It
@@ -238,6 +247,9 @@ func (o *Options) Validate() error {
 	if o.MaxPacketSize < 0 || o.MaxPacketSize > 268_435_460 {
 		errs = append(errs, fmt.Errorf("broker: MaxPacketSize %d out of range (0..268435460)", o.MaxPacketSize))
 	}
+	if r := o.DeniedSubscriptionReason; r != 0 && r != packet.NotAuthorized && r != packet.UnspecifiedError {
+		errs = append(errs, fmt.Errorf("broker: DeniedSubscriptionReason 0x%02X: 0x87 or 0x80", byte(r)))
+	}
 	if o.TopicAliasMaximum > 65535 {
 		errs = append(errs, fmt.Errorf("broker: TopicAliasMaximum %d out of range (..65535)", o.TopicAliasMaximum))
 	}
@@ -286,6 +298,9 @@ func limitOrDefault(v, d int) int {
 
 // withDefaults returns a copy of o with zero values replaced by defaults.
 func (o Options) withDefaults() Options {
+	if o.DeniedSubscriptionReason == 0 {
+		o.DeniedSubscriptionReason = packet.NotAuthorized
+	}
 	if o.MaxPacketSize == 0 {
 		o.MaxPacketSize = DefaultMaxPacketSize
 	}

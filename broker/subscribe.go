@@ -74,7 +74,7 @@ func (c *conn) handleSubscribe(body []byte) error {
 			reply.reasons = append(reply.reasons, packet.WildcardSubsNotSupported)
 			continue
 		case !opts.Auth.CanSubscribe(c.info, filter):
-			reply.reasons = append(reply.reasons, packet.NotAuthorized)
+			reply.reasons = append(reply.reasons, opts.DeniedSubscriptionReason) // 3.1.1: 0x80
 			continue
 		case c.atSubscriptionLimit(filter):
 			reply.reasons = append(reply.reasons, packet.QuotaExceeded) // 3.1.1: 0x80

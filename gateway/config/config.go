@@ -242,6 +242,11 @@ type MQTT struct {
 	// it unless shared_subscriptions.overload says otherwise.
 	Overload Overload `yaml:"overload"`
 
+	// DeniedSubscriptionReason is the MQTT 5 SUBACK code for a filter the
+	// ACL refuses: not_authorized (0x87, the default) or unspecified_error
+	// (0x80), for MQTT 5 clients that take only 0x80 as a failure.
+	DeniedSubscriptionReason DeniedReason `yaml:"denied_subscription_reason"`
+
 	// SysInterval is how often the $SYS/broker/... topics are published.
 	// Default 10s; 0 turns them off.
 	SysInterval *Duration `yaml:"sys_interval"`
@@ -456,6 +461,7 @@ func Default() *Config {
 			SubscriptionIdentifiers:   new(true),
 			SharedSubscriptions:       new(true),
 			Overload:                  broker.OverloadBackpressure,
+			DeniedSubscriptionReason:  DeniedNotAuthorized,
 			SysInterval:               new(Duration(DefaultSysInterval)),
 		},
 		HTTP:                HTTP{Listen: new(DefaultHTTPListen)},
@@ -566,6 +572,7 @@ func (c *Config) BrokerOptions() broker.Options {
 		DisableSubIDs:             !*m.SubscriptionIdentifiers,
 		DisableSharedSubs:         !*m.SharedSubscriptions,
 		Overload:                  string(m.Overload),
+		DeniedSubscriptionReason:  m.DeniedSubscriptionReason.code(),
 		Shares: broker.ShareOptions{
 			Strategy: string(e.SharedSubscriptions.Strategy),
 			Overload: string(e.SharedSubscriptions.Overload),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/broker/packet"
 	"github.com/linemq/linemq/broker/share"
 	"github.com/linemq/linemq/storage/bolt"
 )
@@ -723,6 +724,7 @@ func TestDefaults(t *testing.T) {
 		MaxRetainedBytes:          64 << 20,
 		MaxSessions:               10_000,
 		Overload:                  "backpressure",
+		DeniedSubscriptionReason:  packet.NotAuthorized,
 		Shares:                    broker.ShareOptions{Strategy: "round_robin"},
 	}
 	for name, c := range map[string]*Config{"zero": {}, "Default": def} {
@@ -778,6 +780,7 @@ func TestValues(t *testing.T) {
 		"  wildcard_subscriptions: no",
 		"  subscription_identifiers: False",
 		"  shared_subscriptions: off",
+		"  denied_subscription_reason: unspecified_error",
 		"shared_subscriptions:",
 		"  strategy: random",
 		"  overload: drop_oldest",
@@ -835,6 +838,7 @@ func TestValues(t *testing.T) {
 		DisableSubIDs:             true,
 		DisableSharedSubs:         true,
 		Overload:                  "backpressure",
+		DeniedSubscriptionReason:  packet.UnspecifiedError,
 		Shares: broker.ShareOptions{
 			Strategy: "random",
 			Overload: "drop_oldest",

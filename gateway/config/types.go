@@ -12,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/broker/packet"
 	"github.com/linemq/linemq/broker/share"
 	"github.com/linemq/linemq/storage/bolt"
 )
@@ -244,6 +245,34 @@ func (o Overload) check() error {
 		return nil
 	}
 	return fmt.Errorf("unknown value %q (valid: %s, %s)", string(o), broker.OverloadBackpressure, broker.OverloadDropOldest)
+}
+
+// DeniedReason is mqtt.denied_subscription_reason.
+type DeniedReason string
+
+// The values of DeniedReason; the zero value is not_authorized.
+const (
+	DeniedNotAuthorized    DeniedReason = "not_authorized"
+	DeniedUnspecifiedError DeniedReason = "unspecified_error"
+)
+
+// UnmarshalYAML reads not_authorized or unspecified_error.
+func (d *DeniedReason) UnmarshalYAML(n *yaml.Node) error { return decodeWord(n, d, DeniedReason.check) }
+
+func (d DeniedReason) check() error {
+	switch d {
+	case "", DeniedNotAuthorized, DeniedUnspecifiedError:
+		return nil
+	}
+	return fmt.Errorf("unknown value %q (valid: %s, %s)", string(d), DeniedNotAuthorized, DeniedUnspecifiedError)
+}
+
+// code is the reason code d stands for.
+func (d DeniedReason) code() packet.ReasonCode {
+	if d == DeniedUnspecifiedError {
+		return packet.UnspecifiedError
+	}
+	return packet.NotAuthorized
 }
 
 // HTTPLogin is http.login: whether the status page asks for a login.
