@@ -318,8 +318,11 @@ func testOutage(t *testing.T, protocol int) {
 	local.stop() // the gateway goes down with its queue on disk
 	local.start(nil)
 	b = local.bridge(cfg, "gw1")
-	if q := b.Stats().Queued; q != queued {
-		t.Fatalf("%d queued after the restart, want %d", q, queued)
+	// The local broker may hand the bridge again the message whose
+	// hand-over had not been acknowledged when it stopped (Enqueued): the
+	// rest was loaded from the file. The remote is down: nothing was sent.
+	if s := b.Stats(); s.Queued-int(s.Enqueued) != queued {
+		t.Fatalf("%d queued after the restart (%d of them handed over again), want %d from the file", s.Queued, s.Enqueued, queued)
 	}
 	remote.start(nil)
 	start := time.Now()
