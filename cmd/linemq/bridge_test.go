@@ -247,7 +247,7 @@ bridges:
 	stop.Store(false)
 
 	n := total.Load()
-	waitAll(acked, "all") // the publishers have stopped: acked is final
+	waitAll(acked, "all")              // the publishers have stopped: acked is final
 	time.Sleep(200 * time.Millisecond) // a late duplicate would show
 	stop.Store(true)
 	recvWG.Wait()
