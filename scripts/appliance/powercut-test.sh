@@ -25,6 +25,8 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 cache=${LINEMQ_APPLIANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/linemq-appliance}
 cuts=${POWERCUT_CUTS:-3}
 cachemode=${POWERCUT_DISK_CACHE:-writeback}
+model=${POWERCUT_DISK_MODEL:-alternate}
+extra=${POWERCUT_APPEND:-}
 work=$(mktemp -d /tmp/linemq-powercut.XXXXXX)
 cleanup() { rm -rf "$work"; }
 trap cleanup EXIT
@@ -79,7 +81,10 @@ i=0
 while [ ! -b /dev/vda ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
 # The data partition, as fstab mounts it on the appliance (ext4 defaults:
 # data=ordered, barriers on). Mounting replays the journal after a cut.
-mount -t ext4 /dev/vda /var/lib/linemq || echo "powercut-init: mount /dev/vda failed"
+# linemq.mount=OPTS on the kernel command line adds mount options (the
+# negative control: barrier=0).
+mopts=$(sed -n 's/.*linemq\.mount=\([^ ]*\).*/\1/p' /proc/cmdline)
+mount -t ext4 ${mopts:+-o $mopts} /dev/vda /var/lib/linemq || echo "powercut-init: mount /dev/vda failed"
 echo "powercut-init: $(grep ' /var/lib/linemq ' /proc/mounts)"
 sync=$(sed -n 's/.*linemq\.sync=\([a-z]*\).*/\1/p' /proc/cmdline)
 cat >/etc/linemq/linemq.yaml <<EOF
@@ -122,7 +127,7 @@ for mode in "${modes[@]}"; do
 	mkfs.ext4 -q -F -b 4096 -L linemq-data -E root_owner=0:0 -d "$work/data-$mode" "$work/data-$mode.img" 64M
 	rc=0
 	"$work/powercut" -kernel "$cache/vmlinuz" -initrd "$work/initrd.gz" -image "$work/data-$mode.img" \
-		-mode "$mode" -cuts "$cuts" -cache "$cachemode" -linemq "$work/linemq-host" -work "$work" | tee "$work/out-$mode" || rc=$?
+		-mode "$mode" -cuts "$cuts" -model "$model" -cache "$cachemode" -append "$extra" -linemq "$work/linemq-host" -work "$work" | tee "$work/out-$mode" || rc=$?
 	summary+=("$(grep '^POWERCUT ' "$work/out-$mode" || echo "POWERCUT mode=$mode: no result")")
 	[ $rc -eq 0 ] || fail "storage.sync $mode (see above)"
 done

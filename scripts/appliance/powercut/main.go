@@ -51,7 +51,9 @@ var (
 	publishers = flag.Int("publishers", 4, "QoS 1 publishers")
 	hostLinemq = flag.String("linemq", "", "linemq built for the host, for `linemq db check` on the image's file (empty: skip the host check)")
 	workDir    = flag.String("work", "", "directory for the consoles and the image copies (default: a temporary one)")
-	cacheMode  = flag.String("cache", "writeback", "QEMU -drive cache= mode of the data disk")
+	cacheMode  = flag.String("cache", "writeback", "QEMU cache mode of the image file: writeback, none or unsafe (ignores flushes)")
+	diskModel  = flag.String("model", "alternate", "what a cut leaves on the disk: flushed (only the writes the guest had flushed: QEMU's blklogwrites log replayed up to its last flush), kill (the image as the SIGKILL left it: every write QEMU had issued), or alternate (flushed at odd cuts, kill at even ones)")
+	extraArgs  = flag.String("append", "", "more kernel arguments (linemq.mount=OPTS: ext4 mount options in the guest)")
 	bootWait   = flag.Duration("boot-timeout", 120*time.Second, "longest wait for /readyz after a boot")
 	drainWait  = flag.Duration("drain-timeout", 90*time.Second, "longest wait for the deliveries after the last boot")
 )
@@ -91,6 +93,8 @@ type guest struct {
 	console string
 	mqtt    string
 	http    string
+	base    string // -model flushed: the image as this boot found it
+	log     string // -model flushed: blklogwrites' log of this boot
 }
 
 type qemu struct{ g *guest }
@@ -115,11 +119,36 @@ func (q *qemu) boot(n int) (*guest, error) {
 	g.cmd = exec.Command("qemu-system-aarch64", "-M", "virt", "-cpu", "cortex-a53", "-smp", "2", "-m", "512",
 		"-nographic", "-no-reboot",
 		"-kernel", *kernel, "-initrd", *initrd,
-		"-append", "console=ttyAMA0 panic=-1 loglevel=4 linemq.sync="+*mode,
+		"-append", strings.TrimSpace("console=ttyAMA0 panic=-1 loglevel=4 linemq.sync="+*mode+" "+*extraArgs),
 		"-netdev", fmt.Sprintf("user,id=n0,restrict=on,hostfwd=tcp:%s-:1883,hostfwd=tcp:%s-:8080", g.mqtt, g.http),
 		"-device", "virtio-net-device,netdev=n0",
-		"-drive", fmt.Sprintf("file=%s,format=raw,if=none,id=data,cache=%s,aio=threads", *image, *cacheMode),
-		"-device", "virtio-blk-device,drive=data")
+	)
+	// Every write and flush the guest makes goes through blklogwrites,
+	// which logs it (dm-log-writes format) before completing it; the log's
+	// super block counts the entries up to the last flush. The image file
+	// itself gets every write, as without the log.
+	base := filepath.Join(*workDir, fmt.Sprintf("base-%s.img", *mode))
+	if err := copyFile(*image, base); err != nil {
+		return nil, err
+	}
+	g.base = base
+	g.log = filepath.Join(*workDir, fmt.Sprintf("writes-%s-%d.log", *mode, n))
+	if err := os.WriteFile(g.log, nil, 0o644); err != nil {
+		return nil, err
+	}
+	cache := map[string]string{
+		"writeback": "cache.direct=off,cache.no-flush=off",
+		"none":      "cache.direct=on,cache.no-flush=off",
+		"unsafe":    "cache.direct=off,cache.no-flush=on",
+	}[*cacheMode]
+	if cache == "" {
+		return nil, fmt.Errorf("-cache %q: writeback, none or unsafe", *cacheMode)
+	}
+	g.cmd.Args = append(g.cmd.Args,
+		"-blockdev", fmt.Sprintf("driver=file,node-name=img,filename=%s,%s", *image, cache),
+		"-blockdev", fmt.Sprintf("driver=file,node-name=wlog,filename=%s", g.log),
+		"-blockdev", "driver=blklogwrites,node-name=data,file=img,log=wlog,log-sector-size=512",
+		"-device", "virtio-blk-device,drive=data,write-cache=on")
 	g.cmd.Stdout, g.cmd.Stderr = out, out
 	if err := g.cmd.Start(); err != nil {
 		out.Close()
@@ -249,7 +278,7 @@ var subscribers = []string{"online-1", "online-2", "away"}
 func (r *run) ackedN() int { r.ackedMu.Lock(); defer r.ackedMu.Unlock(); return len(r.acked) }
 
 func (r *run) main() bool {
-	fmt.Printf("== storage.sync: %s, %d cuts, data disk cache=%s\n", *mode, *cuts, *cacheMode)
+	fmt.Printf("== storage.sync: %s, %d cuts, disk model %s, image cache=%s %s\n", *mode, *cuts, *diskModel, *cacheMode, *extraArgs)
 	g, err := r.q.boot(1)
 	if err != nil {
 		return r.fail(err, g)
@@ -286,6 +315,7 @@ func (r *run) main() bool {
 		hostOK    bool
 	}
 	var results []cutResult
+	var models []string
 	for i := 1; i <= *cuts; i++ {
 		target := r.ackedN() + *perCut
 		deadline := time.Now().Add(*cutAfter)
@@ -295,6 +325,21 @@ func (r *run) main() bool {
 		before := r.ackedN()
 		r.q.kill()
 		fmt.Printf("  cut %d: SIGKILL to QEMU with %d publishes acknowledged so far (%d in this boot)\n", i, before, before-(target-*perCut))
+		if cutModel(i) == "flushed" {
+			n, kept, err := replayFlushed(r.q.g.base, r.q.g.log)
+			if err != nil {
+				return r.fail(fmt.Errorf("cut %d: replaying the write log: %v", i, err), r.q.g)
+			}
+			if err := os.Rename(r.q.g.base, *image); err != nil {
+				return r.fail(err, r.q.g)
+			}
+			fmt.Printf("  cut %d: the disk keeps only what the guest had flushed: %d of %d logged writes replayed on the image the boot found\n", i, kept, n)
+		} else {
+			fmt.Printf("  cut %d: the disk keeps every write QEMU had issued: the image as the SIGKILL left it\n", i)
+		}
+		models = append(models, cutModel(i))
+		os.Remove(r.q.g.log)
+		os.Remove(r.q.g.base)
 		res := cutResult{acked: before}
 		res.hostCheck, res.hostOK = hostCheck(i)
 		fmt.Printf("  cut %d: image as the cut left it: %s\n", i, res.hostCheck)
@@ -369,7 +414,7 @@ func (r *run) main() bool {
 		}
 	}
 	fmt.Printf("    db check: host %d of %d cuts healthy, guest %d of %d boots healthy\n", hostOK, len(results), guestOK, *cuts)
-	fmt.Printf("POWERCUT mode=%s cuts=%d acked=%d", *mode, *cuts, len(all))
+	fmt.Printf("POWERCUT mode=%s cuts=%d(%s) acked=%d", *mode, *cuts, strings.Join(models, ","), len(all))
 	for _, id := range subscribers {
 		d, m, dups := r.trackers[id].count(all)
 		fmt.Printf(" %s=%d/%d/%d", id, d, m, dups)
@@ -552,4 +597,117 @@ func lastLines(b []byte, n int) string {
 		}
 	}
 	return strings.Join(lines[max(0, len(lines)-n):], " | ")
+}
+
+// cutModel is what cut i (from 1) leaves on the disk.
+func cutModel(i int) string {
+	if *diskModel == "alternate" {
+		if i%2 == 1 {
+			return "flushed"
+		}
+		return "kill"
+	}
+	return *diskModel
+}
+
+// replayFlushed applies to base (the image as the boot found it) the writes
+// blklogwrites logged up to the last flush it completed: the log's super
+// block counts the entries at that flush, and every write the guest saw
+// complete before it sent the flush is among them. It returns how many
+// write entries the log holds in all and how many were applied.
+//
+// The log is in dm-log-writes' format, little-endian: a super block
+// (magic, version, entries, sector size) in sector 0, then per entry one
+// sector of header (sector, sectors, flags, data length) followed by the
+// data's sectors (none for a flush or a discard).
+func replayFlushed(base, logFile string) (total, applied int, err error) {
+	const (
+		magic       = 0x6a736677736872
+		flagFlush   = 1
+		flagDiscard = 4
+	)
+	lf, err := os.Open(logFile)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer lf.Close()
+	img, err := os.OpenFile(base, os.O_RDWR, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer img.Close()
+	sb := make([]byte, 28)
+	if _, err := lf.ReadAt(sb, 0); err != nil {
+		if errors.Is(err, io.EOF) {
+			return 0, 0, nil // nothing was ever flushed (nor logged)
+		}
+		return 0, 0, err
+	}
+	le := binenc.LittleEndian
+	if m := le.Uint64(sb); m != magic {
+		if m == 0 {
+			// No flush completed: the super block was never written.
+			return countEntries(lf, 512), 0, nil
+		}
+		return 0, 0, fmt.Errorf("bad log magic %#x", m)
+	}
+	flushed := le.Uint64(sb[16:])
+	ss := int64(le.Uint32(sb[24:]))
+	hdr := make([]byte, 32)
+	pos := int64(1)
+	for i := uint64(0); i < flushed; i++ {
+		if _, err := lf.ReadAt(hdr, pos*ss); err != nil {
+			return 0, 0, fmt.Errorf("entry %d: %v", i, err)
+		}
+		pos++
+		sector, n, flags := le.Uint64(hdr), int64(le.Uint64(hdr[8:])), le.Uint64(hdr[16:])
+		if n == 0 && flags == 0 {
+			// An entry counted but not yet written when QEMU died (a write
+			// still in flight beside the flush; the guest had not seen it
+			// complete). Its size is unknown, so the entries after it
+			// cannot be found: they are dropped too, which can only make
+			// the cut harsher than a real one (a false alarm, never a
+			// false pass). It takes a kill within the flush's own
+			// microseconds.
+			break
+		}
+		if flags&(flagFlush|flagDiscard) != 0 {
+			continue
+		}
+		data := make([]byte, n*ss)
+		if _, err := lf.ReadAt(data, pos*ss); err != nil {
+			return 0, 0, fmt.Errorf("entry %d data: %v", i, err)
+		}
+		if _, err := img.WriteAt(data, int64(sector)*ss); err != nil {
+			return 0, 0, err
+		}
+		pos += n
+		applied++
+	}
+	return applied + countEntriesFrom(lf, pos, ss), applied, img.Sync()
+}
+
+// countEntries counts the write entries of a log from its first entry.
+func countEntries(lf *os.File, ss int64) int { return countEntriesFrom(lf, 1, ss) }
+
+// countEntriesFrom counts the write entries from sector pos to the first
+// empty header (entries after the last flush, which the cut discards).
+func countEntriesFrom(lf *os.File, pos, ss int64) int {
+	le := binenc.LittleEndian
+	hdr := make([]byte, 32)
+	n := 0
+	for {
+		if _, err := lf.ReadAt(hdr, pos*ss); err != nil {
+			return n
+		}
+		sectors, flags := int64(le.Uint64(hdr[8:])), le.Uint64(hdr[16:])
+		if sectors == 0 && flags == 0 {
+			return n
+		}
+		pos++
+		if flags&(1|4) == 0 {
+			pos += sectors
+			n++
+		}
+	}
 }
