@@ -9,11 +9,18 @@
 # storage.sync mode (default: always, then batch), the host program
 # scripts/appliance/powercut sends QoS 1 messages to persistent
 # subscribers through the hostfwd port and kills QEMU with SIGKILL
-# mid-traffic, POWERCUT_CUTS times (default 3), booting again from the same
-# image after each cut; then every acknowledged message must reach every
+# mid-traffic, POWERCUT_CUTS times (default 3), booting again from the disk
+# the cut left after each; then every acknowledged message must reach every
 # subscriber, and linemq.db must be healthy after every cut (checked on
 # the host with e2fsck, debugfs and linemq db check on a copy of the
 # image, and in the guest by linemq db check before linemq starts).
+# The disk goes through QEMU's blklogwrites: at a "flushed" cut it keeps
+# only the writes up to the guest's last completed flush (the log replayed
+# on the image the boot started from), at a "kill" cut every write QEMU had
+# issued. POWERCUT_DISK_MODEL: alternate (default: flushed, kill, flushed,
+# ...), flushed or kill; POWERCUT_DISK_CACHE: writeback (default), none or
+# unsafe; POWERCUT_APPEND: more kernel arguments (linemq.mount=OPTS adds
+# ext4 mount options, e.g. barrier=0 for a control that must fail).
 # Needs qemu-system-arm, e2fsprogs (mkfs.ext4, e2fsck, debugfs), cpio, Go.
 set -euo pipefail
 

@@ -4,7 +4,12 @@
 // image file), sends QoS 1 messages to persistent subscribers through the
 // hostfwd port, kills QEMU with SIGKILL in the middle of the traffic (the
 // guest loses its page cache and everything in flight, as at a power cut),
-// boots again from the same image, and repeats. After the last cut it
+// boots again from what the cut left on the disk, and repeats. The disk
+// goes through QEMU's blklogwrites driver, so a cut can leave either only
+// the writes covered by the guest's last completed flush (the log replayed
+// on the image the boot started from: a disk whose volatile cache is lost)
+// or every write QEMU had issued (the image file as the SIGKILL left it;
+// the host's page cache keeps it). After the last cut it
 // checks that every message whose PUBACK reached a publisher is delivered
 // to every subscriber, the one that was offline the whole time included,
 // and that the database file was healthy after every cut:
