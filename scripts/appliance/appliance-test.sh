@@ -292,4 +292,4 @@ echo "  /readyz while failing: ${readyz:-no answer}"
 echo "  reset by softdog $((SECONDS - t_fill)) s after the data partition was filled; QEMU exited (-no-reboot)"
 
 echo
-echo "appliance-test: first-boot configuration (applied and rejected), /readyz, status page, MQTT round trip, shared group, watchdog reset of a hung broker and of a failing health check passed"
+echo "appliance-test: first-boot configuration (applied and rejected), /readyz, status page, MQTT round trip, status LED on the PL061, shared group, watchdog reset of a hung broker and of a failing health check passed"
