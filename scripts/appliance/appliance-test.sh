@@ -57,7 +57,7 @@ fail() {
 # --- the kernel and busybox, from Debian's arm64 packages (cached)
 # shellcheck source=guest-kernel.sh
 . "$repo/scripts/appliance/guest-kernel.sh"
-guest_kernel "$cache" failover net_failover virtio_mmio virtio_net softdog || fail "no guest kernel"
+guest_kernel "$cache" "${GUEST_MODULES[@]}" || fail "no guest kernel"
 step "kernel $(cat "$cache/kernel-package"), busybox $(file -b "$cache/busybox" 2>/dev/null | cut -d, -f1-2 || echo static)"
 
 # --- the initramfs
@@ -65,7 +65,7 @@ step "initramfs: busybox, modules, linemq, the appliance configuration"
 root=$work/root
 mkdir -p "$root"/{bin,dev,proc,sys,tmp,run,etc/linemq,lib/modules,usr/bin,var/lib/linemq}
 cp "$cache/busybox" "$root/bin/busybox"
-cp "$cache"/modules/*.ko "$root/lib/modules/"
+for m in failover net_failover virtio_mmio virtio_net softdog; do cp "$cache/modules/$m.ko" "$root/lib/modules/"; done
 install -m 0755 "$bin" "$root/usr/bin/linemq"
 # The test-only PL061 check (scripts/appliance/gpiocheck), for arm64.
 (cd "$repo" && CGO_ENABLED=0 GOOS=linux GOARCH=arm64 go build -trimpath -o "$root/usr/bin/gpiocheck" ./scripts/appliance/gpiocheck)

@@ -1,5 +1,9 @@
 # guest-kernel.sh: sourced by appliance-test.sh and powercut-test.sh.
 #
+# Every module either script loads, fetched together so that a fresh
+# machine downloads the kernel package once.
+GUEST_MODULES=(failover net_failover virtio_mmio virtio_net softdog virtio_blk crc16 mbcache jbd2 crc32c_generic ext4)
+
 # guest_kernel CACHE MODULE...: makes sure CACHE holds Debian's arm64 kernel
 # (vmlinuz), busybox (static, arm64) and the named kernel modules
 # (CACHE/modules/NAME.ko), fetching them with apt-get download after

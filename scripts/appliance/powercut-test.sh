@@ -51,7 +51,7 @@ done
 # virtio_blk and ext4 (a module in Debian's kernel, with what it needs) on
 # top of what appliance-test.sh uses; the order is the load order.
 mods=(failover net_failover virtio_mmio virtio_net virtio_blk crc16 mbcache jbd2 crc32c_generic ext4)
-guest_kernel "$cache" "${mods[@]}" || fail "no guest kernel"
+guest_kernel "$cache" "${GUEST_MODULES[@]}" || fail "no guest kernel"
 step "kernel $(cat "$cache/kernel-package"), modules ${mods[*]}"
 
 step "building the host side: scripts/appliance/powercut and linemq for the host (linemq db check)"
