@@ -388,9 +388,11 @@ func TestNoLoop(t *testing.T) {
 	t.Logf("B: %+v", bb.Stats())
 }
 
-// TestDiskBytesPerQueuedMessage measures what queueing costs the flash: 1,000
+// TestDiskBytesPerQueuedMessage measures what queueing costs the flash: 200
 // QoS 1 messages of 100 bytes published one at a time while the link is
-// down (each waiting for its PUBACK, the worst case for group commit).
+// down (each waiting for its PUBACK, the worst case for group commit). Each
+// costs commits (fsyncs), so the count is kept small enough for a loaded
+// machine; the figure is a mean per message.
 func TestDiskBytesPerQueuedMessage(t *testing.T) {
 	local := newNode(t)
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -400,7 +402,7 @@ func TestDiskBytesPerQueuedMessage(t *testing.T) {
 	before := local.st.Stats()
 	c := collect(t, local.addr, "pub")
 	payload := strings.Repeat("x", 100)
-	const n = 1000
+	const n = 200
 	for i := range n {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		if _, err := c.cm.Publish(ctx, &paho.Publish{Topic: "plant/line1/m" + strconv.Itoa(i%10), QoS: 1, Payload: []byte(payload)}); err != nil {
@@ -408,7 +410,7 @@ func TestDiskBytesPerQueuedMessage(t *testing.T) {
 		}
 		cancel()
 	}
-	brokertest.Eventually(t, wait, "all queued", func() bool { return b.Stats().Queued == n })
+	brokertest.Eventually(t, time.Minute, "all queued", func() bool { return b.Stats().Queued == n })
 	local.st.Sync(context.Background())
 	after := local.st.Stats()
 	t.Logf("%d messages queued: %.0f page bytes and %.0f key/value bytes written per message, %d commits",

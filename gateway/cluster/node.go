@@ -14,8 +14,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -171,7 +171,16 @@ func (n *Node) Unsubscribed(clientID, filter string) broker.Registration {
 // rather than served an empty session.
 func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool) error {
 	adopted := false
-	if o, ok := n.reg.SessionOwner(clientID); ok && o.Node != n.self && !cleanStart {
+	o, ok := n.reg.SessionOwner(clientID)
+	if !cleanStart {
+		// The copy may not show yet a claim another node made a moment
+		// ago; claiming on its word would take the session over empty.
+		// One read from etcd settles it (when etcd answers).
+		if lo, lok, err := n.reg.LookupSession(ctx, clientID); err == nil {
+			o, ok = lo, lok
+		}
+	}
+	if ok && o.Node != n.self && !cleanStart {
 		st, err := n.tr.HandOver(ctx, o.Node, clientID)
 		if err != nil {
 			return fmt.Errorf("cluster: handing the session over from %s: %w", o.Node, err)

@@ -2,6 +2,8 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -176,4 +178,25 @@ func (r *Registry) failQueued(err error) {
 	for _, o := range r.takeQueue() {
 		o.w.complete(0, err)
 	}
+}
+
+// LookupSession reads the owner of client's session from etcd itself (a
+// linearizable read) rather than from the copy, for a decision the copy
+// may be a moment late for: a client resuming here a session that another
+// node took only just now, whose record the watch has not brought yet.
+func (r *Registry) LookupSession(ctx context.Context, client string) (Owner, bool, error) {
+	resp, err := r.opts.Client.Get(ctx, r.keys.session(client))
+	if err != nil {
+		return Owner{}, false, err
+	}
+	if len(resp.Kvs) == 0 {
+		return Owner{}, false, nil
+	}
+	var v sessionValue
+	if err := json.Unmarshal(resp.Kvs[0].Value, &v); err != nil {
+		return Owner{}, false, fmt.Errorf("registry: session record of %q: %w", client, err)
+	}
+	o := v.owner()
+	o.Revision = resp.Kvs[0].ModRevision
+	return o, true, nil
 }
