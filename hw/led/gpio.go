@@ -55,8 +55,14 @@ func (g *GPIO) Close() error {
 
 // String names the pin and its polarity, for logs.
 func (g *GPIO) String() string {
-	if g.lit == gpio.Low {
-		return fmt.Sprintf("%s (active low)", g.pin)
+	// The pin's name rather than its String: periph's ioctl lines render
+	// themselves as several lines of JSON, which a log line must not carry.
+	name := g.pin.Name()
+	if name == "" {
+		name = fmt.Sprintf("GPIO%d", g.pin.Number())
 	}
-	return g.pin.String()
+	if g.lit == gpio.Low {
+		return name + " (active low)"
+	}
+	return name
 }
