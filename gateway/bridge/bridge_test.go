@@ -338,10 +338,14 @@ func testOutage(t *testing.T, protocol int) {
 // counted, and the newest are delivered in order.
 func TestQueueLimit(t *testing.T) {
 	local := newNode(t)
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := l.Addr().String()
-	l.Close() // nothing listens: the link stays down
-	cfg := siteConfig(dead)
+	// A remote that never answers (kept open, never accepted from: a
+	// closed port could be reused by another test meanwhile).
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	cfg := siteConfig(l.Addr().String())
 	cfg.Queue.MaxBytes = 4096
 	b := local.bridge(cfg, "gw1")
 	publish(t, local.addr, "pub", []string{"plant/x"}, 200)
@@ -395,24 +399,43 @@ func TestNoLoop(t *testing.T) {
 // machine; the figure is a mean per message.
 func TestDiskBytesPerQueuedMessage(t *testing.T) {
 	local := newNode(t)
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := l.Addr().String()
-	l.Close()
-	b := local.bridge(siteConfig(dead), "gw1")
+	// A remote that never answers: a listener kept open but never
+	// accepted from (a closed port could be taken by another test's
+	// listener meanwhile, and the bridge would drain to it).
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	b := local.bridge(siteConfig(l.Addr().String()), "gw1")
 	before := local.st.Stats()
 	c := collect(t, local.addr, "pub")
 	payload := strings.Repeat("x", 100)
 	const n = 200
+	accepted := 0
 	for i := range n {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
-		if _, err := c.cm.Publish(ctx, &paho.Publish{Topic: "plant/line1/m" + strconv.Itoa(i%10), QoS: 1, Payload: []byte(payload)}); err != nil {
+		r, err := c.cm.Publish(ctx, &paho.Publish{Topic: "plant/line1/m" + strconv.Itoa(i%10), QoS: 1, Payload: []byte(payload)})
+		cancel()
+		if err != nil {
 			t.Fatal(err)
 		}
-		cancel()
+		if r == nil || r.ReasonCode < 0x80 {
+			accepted++
+		}
 	}
-	brokertest.Eventually(t, time.Minute, "all queued", func() bool { return b.Stats().Queued == n })
+	if accepted < n {
+		// The local broker may refuse (0x97) under backpressure on a
+		// loaded machine; the figure is per message queued.
+		t.Logf("%d of %d publishes refused by the local broker", n-accepted, n)
+	}
+	brokertest.Eventually(t, time.Minute, fmt.Sprintf("%d queued", accepted), func() bool { return b.Stats().Queued >= accepted })
+	if st := b.Stats(); st.Sent != 0 {
+		t.Fatalf("the bridge sent %d messages to a remote that never answers", st.Sent)
+	}
 	local.st.Sync(context.Background())
 	after := local.st.Stats()
-	t.Logf("%d messages queued: %.0f page bytes and %.0f key/value bytes written per message, %d commits",
-		n, float64(after.PageBytesWritten-before.PageBytesWritten)/n, float64(after.BytesWritten-before.BytesWritten)/n, after.Commits-before.Commits)
+	q := float64(b.Stats().Queued)
+	t.Logf("%.0f messages queued: %.0f page bytes and %.0f key/value bytes written per message, %d commits",
+		q, float64(after.PageBytesWritten-before.PageBytesWritten)/q, float64(after.BytesWritten-before.BytesWritten)/q, after.Commits-before.Commits)
 }
