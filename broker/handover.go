@@ -174,36 +174,10 @@ func (srv *Server) HandOver(clientID string) (*SessionState, bool) {
 	delete(srv.sessions, clientID)
 	srv.mu.Unlock()
 
-	sess.mu.Lock()
-	c := sess.conn
-	sess.conn = nil
-	stopTimer(&sess.expiryTimer)
-	// The client resumes the session elsewhere within any will delay: the
-	// delayed will is cancelled, as on a takeover here.
-	stopTimer(&sess.willTimer)
-	sess.pendingWill = nil
-	subs := sess.subs
-	sess.subs = make(map[string]*subscription)
-	sess.mu.Unlock()
-	if c != nil {
-		c.wmu.Lock()
-		c.takeover, c.cleanTO = true, false
-		c.wmu.Unlock()
-		c.kick(packet.SessionTakenOver)
-	}
 	// The subscriptions stop routing here before the state is read, so
 	// what was matched before lands in it; what arrives later finds the
 	// session ended (a share group picks another member).
-	for _, sub := range subs {
-		if sub.group != nil {
-			srv.leaveGroup(sub)
-		} else {
-			srv.subs.Remove(sub.topicFilter, sub)
-		}
-		if cl := srv.opts.Cluster; cl != nil {
-			cl.Unsubscribed(sess.id, sub.filter)
-		}
-	}
+	subs := srv.letGo(sess)
 
 	sess.mu.Lock()
 	sess.ended = true
@@ -311,16 +285,7 @@ func (srv *Server) Adopt(st *SessionState) error {
 		s.saveSubLocked(sub)
 	}
 	for _, mr := range st.Messages {
-		d := delivery{msg: mr.Message, seq: mr.Seq, pid: mr.PacketID, qos: mr.QoS, retain: mr.Retain,
-			sent: mr.Sent, released: mr.Released}
-		for _, id := range mr.SubIDs {
-			d.subIDs.add(id)
-		}
-		if mr.GroupName != "" {
-			srv.groupsMu.Lock()
-			d.group = srv.groups[groupKey{mr.GroupName, mr.GroupFilter}]
-			srv.groupsMu.Unlock()
-		}
+		d := srv.deliveryOf(mr)
 		s.seq = max(s.seq, mr.Seq)
 		s.saveMsgLocked(&d)
 		if d.pid != 0 {
@@ -374,6 +339,24 @@ func (srv *Server) discard(sess *session) {
 		return
 	}
 	sess.ended = true
+	sess.mu.Unlock()
+	srv.letGo(sess)
+	sess.mu.Lock()
+	sess.queue.reset()
+	clear(sess.inflight)
+	sess.releaseWaitersLocked(true)
+	sess.mu.Unlock()
+	srv.deleteStored(sess)
+}
+
+// letGo detaches a session that lives on elsewhere (handed over, or
+// superseded by one handed over): its connection is closed with 0x8E, its
+// timers and any delayed will are cancelled (the client resumes within
+// the delay, as on a takeover here), and its subscriptions stop routing
+// here, without handing its messages to other members. It returns the
+// subscriptions it had. sess is already out of srv.sessions.
+func (srv *Server) letGo(sess *session) map[string]*subscription {
+	sess.mu.Lock()
 	c := sess.conn
 	sess.conn = nil
 	stopTimer(&sess.expiryTimer)
@@ -381,9 +364,6 @@ func (srv *Server) discard(sess *session) {
 	sess.pendingWill = nil
 	subs := sess.subs
 	sess.subs = make(map[string]*subscription)
-	sess.queue.reset()
-	clear(sess.inflight)
-	sess.releaseWaitersLocked(true)
 	sess.mu.Unlock()
 	if c != nil {
 		c.wmu.Lock()
@@ -401,7 +381,7 @@ func (srv *Server) discard(sess *session) {
 			cl.Unsubscribed(sess.id, sub.filter)
 		}
 	}
-	srv.deleteStored(sess)
+	return subs
 }
 
 // takeBackHanded restores a session this node handed over whose new owner

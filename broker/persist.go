@@ -160,16 +160,8 @@ func (srv *Server) restore(ctx context.Context) error {
 			srv.restoreSubscription(s, sr)
 		}
 		for _, mr := range snap.Messages[rec.ClientID] {
-			d := delivery{msg: mr.Message, seq: mr.Seq, pid: mr.PacketID, qos: mr.QoS, retain: mr.Retain,
-				sent: mr.Sent, released: mr.Released, stored: true}
-			for _, id := range mr.SubIDs {
-				d.subIDs.add(id)
-			}
-			if mr.GroupName != "" {
-				srv.groupsMu.Lock()
-				d.group = srv.groups[groupKey{mr.GroupName, mr.GroupFilter}]
-				srv.groupsMu.Unlock()
-			}
+			d := srv.deliveryOf(mr)
+			d.stored = true
 			s.seq = max(s.seq, mr.Seq)
 			srv.msgIDs.Store(max(srv.msgIDs.Load(), mr.MessageID))
 			if mr.MessageID != 0 {
@@ -210,6 +202,22 @@ func (srv *Server) restore(ctx context.Context) error {
 	}
 	srv.log.Info("restored state", "sessions", len(srv.sessions), "retained", srv.retained.len(), "expired_sessions", len(ended))
 	return nil
+}
+
+// deliveryOf makes the delivery a stored (or handed over) message record
+// stands for, linked to its share group if it was picked for one.
+func (srv *Server) deliveryOf(mr *MessageRecord) delivery {
+	d := delivery{msg: mr.Message, seq: mr.Seq, pid: mr.PacketID, qos: mr.QoS, retain: mr.Retain,
+		sent: mr.Sent, released: mr.Released}
+	for _, id := range mr.SubIDs {
+		d.subIDs.add(id)
+	}
+	if mr.GroupName != "" {
+		srv.groupsMu.Lock()
+		d.group = srv.groups[groupKey{mr.GroupName, mr.GroupFilter}]
+		srv.groupsMu.Unlock()
+	}
+	return d
 }
 
 // restoreSubscription re-creates a stored subscription of an offline session.
