@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -113,38 +112,12 @@ bridges:
 	recvWG.Add(1)
 	go func() {
 		defer recvWG.Done()
-		for !stop.Load() {
-			c, _, err := dialMQTT(raddr, "site-sub", false)
-			if err != nil {
-				time.Sleep(20 * time.Millisecond)
-				continue
+		readSession(raddr, "site-sub", &stop, func(p *packet.Publish) {
+			if seq, err := strconv.ParseUint(string(p.Payload), 10, 64); err == nil {
+				// Back to the local topic the bridge mapped it from.
+				got.add("plant/"+strings.TrimPrefix(string(p.Topic), "site/gw1/"), seq)
 			}
-			for {
-				h, body, err := c.read(200 * time.Millisecond)
-				if err != nil {
-					var ne net.Error
-					if errAs(err, &ne) && ne.Timeout() && !stop.Load() {
-						continue
-					}
-					break
-				}
-				if h.Type != packet.PUBLISH {
-					continue
-				}
-				var p packet.Publish
-				if p.Decode(packet.V5, h.Flags, body) != nil {
-					break
-				}
-				if seq, err := strconv.ParseUint(string(p.Payload), 10, 64); err == nil {
-					// Back to the local topic the bridge mapped it from.
-					got.add("plant/"+strings.TrimPrefix(string(p.Topic), "site/gw1/"), seq)
-				}
-				if c.write((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5)) != nil {
-					break
-				}
-			}
-			c.nc.Close()
-		}
+		})
 	}()
 
 	// Publishers: one per topic, reconnecting whenever the local broker

@@ -162,35 +162,7 @@ func crashRecovery(t *testing.T, mode string) {
 	receive := func(id string) {
 		defer wg.Done()
 		tr := trackers[id]
-		for !stop.Load() {
-			c, _, err := dialMQTT(addr, id, false)
-			if err != nil {
-				time.Sleep(20 * time.Millisecond)
-				continue
-			}
-			for {
-				h, body, err := c.read(200 * time.Millisecond)
-				if err != nil {
-					var ne net.Error
-					if errAs(err, &ne) && ne.Timeout() && !stop.Load() {
-						continue
-					}
-					break
-				}
-				if h.Type != packet.PUBLISH {
-					continue
-				}
-				var p packet.Publish
-				if p.Decode(packet.V5, h.Flags, body) != nil {
-					break
-				}
-				tr.add(binenc.BigEndian.Uint64(p.Payload))
-				if c.write((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5)) != nil {
-					break
-				}
-			}
-			c.nc.Close()
-		}
+		readSession(addr, id, &stop, func(p *packet.Publish) { tr.add(binenc.BigEndian.Uint64(p.Payload)) })
 	}
 	for _, n := range names[:2] {
 		wg.Add(1)
@@ -334,3 +306,39 @@ func crashRecovery(t *testing.T, mode string) {
 }
 
 func errAs(err error, target any) bool { return errors.As(err, target) }
+
+// readSession reads id's persistent session at addr until stop is set,
+// connecting again whenever the broker goes away (it is killed and
+// restarted under the reader); handle sees each PUBLISH before its
+// PUBACK.
+func readSession(addr, id string, stop *atomic.Bool, handle func(*packet.Publish)) {
+	for !stop.Load() {
+		c, _, err := dialMQTT(addr, id, false)
+		if err != nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		for {
+			h, body, err := c.read(200 * time.Millisecond)
+			if err != nil {
+				var ne net.Error
+				if errAs(err, &ne) && ne.Timeout() && !stop.Load() {
+					continue
+				}
+				break
+			}
+			if h.Type != packet.PUBLISH {
+				continue
+			}
+			var p packet.Publish
+			if p.Decode(packet.V5, h.Flags, body) != nil {
+				break
+			}
+			handle(&p)
+			if c.write((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5)) != nil {
+				break
+			}
+		}
+		c.nc.Close()
+	}
+}
