@@ -151,19 +151,36 @@ func splitScenario(t *testing.T, gw1, gw2 *gateway.Gateway, group string) (w1, w
 	return w1, w2
 }
 
+// hostEtcd makes a gateway host the cluster's etcd member; useEtcd makes
+// one use it as an external endpoint.
+func hostEtcd(peerURL, clientURL string) func(*config.Config) {
+	return func(c *config.Config) {
+		c.Cluster.Etcd.Embed = true
+		c.Cluster.Etcd.PeerListen = peerURL
+		c.Cluster.Etcd.ClientListen = clientURL
+	}
+}
+
+func useEtcd(clientURL string) func(*config.Config) {
+	return func(c *config.Config) { c.Cluster.Etcd.Endpoints = []string{clientURL} }
+}
+
+// startPair starts two gateways, gw1 hosting the etcd member and gw2
+// using it.
+func startPair(t *testing.T) (gw1, gw2 *gateway.Gateway) {
+	peerURL, clientURL := freeURL(t), freeURL(t)
+	gw1 = startGateway(t, "gw1", hostEtcd(peerURL, clientURL))
+	gw2 = startGateway(t, "gw2", useEtcd(clientURL))
+	return gw1, gw2
+}
+
 // TestTwoGatewaysShareAGroup: two gateways of one cluster, the first
 // running an etcd member inside, the second using it as an external
 // endpoint. A worker on each joins one share group; publishes on the first
 // alternate between them (local member first, then the remote one), the
 // cluster's health check is OK, and the second leaves cleanly.
 func TestTwoGatewaysShareAGroup(t *testing.T) {
-	peerURL, clientURL := freeURL(t), freeURL(t)
-	gw1 := startGateway(t, "gw1", func(c *config.Config) {
-		c.Cluster.Etcd.Embed = true
-		c.Cluster.Etcd.PeerListen = peerURL
-		c.Cluster.Etcd.ClientListen = clientURL
-	})
-	gw2 := startGateway(t, "gw2", func(c *config.Config) { c.Cluster.Etcd.Endpoints = []string{clientURL} })
+	gw1, gw2 := startPair(t)
 	splitScenario(t, gw1, gw2, "g")
 	if err := gw2.Close(); err != nil {
 		t.Errorf("gw2 Close = %v", err)
@@ -177,13 +194,7 @@ func TestTwoGatewaysShareAGroup(t *testing.T) {
 // deliveries, all accepted) and seven publishes to an ordinary subscriber
 // on gw2 (seven forwards).
 func TestClusterMetrics(t *testing.T) {
-	peerURL, clientURL := freeURL(t), freeURL(t)
-	gw1 := startGateway(t, "gw1", func(c *config.Config) {
-		c.Cluster.Etcd.Embed = true
-		c.Cluster.Etcd.PeerListen = peerURL
-		c.Cluster.Etcd.ClientListen = clientURL
-	})
-	gw2 := startGateway(t, "gw2", func(c *config.Config) { c.Cluster.Etcd.Endpoints = []string{clientURL} })
+	gw1, gw2 := startPair(t)
 	w1, w2 := splitScenario(t, gw1, gw2, "m")
 	sub, _ := mqtttest.DialV5(t, gw2.MQTTAddr().String(), &paho.Connect{ClientID: "m-sub", CleanStart: true}, nil)
 	sub.Sub("fwd/#", 1)

@@ -104,13 +104,11 @@ func TestClusterMutualTLS(t *testing.T) {
 	plant, other := newTestCA(t, "plant CA"), newTestCA(t, "another CA")
 	peerURL, clientURL := freeURL(t), freeURL(t)
 	gw1 := startGateway(t, "gw1", func(c *config.Config) {
-		c.Cluster.Etcd.Embed = true
-		c.Cluster.Etcd.PeerListen = peerURL
-		c.Cluster.Etcd.ClientListen = clientURL
+		hostEtcd(peerURL, clientURL)(c)
 		meshTLS(t, c, plant)
 	})
 	gw2 := startGateway(t, "gw2", func(c *config.Config) {
-		c.Cluster.Etcd.Endpoints = []string{clientURL}
+		useEtcd(clientURL)(c)
 		meshTLS(t, c, plant)
 	})
 	w1, w2 := splitScenario(t, gw1, gw2, "tls")

@@ -58,12 +58,8 @@ func TestClusterPanel(t *testing.T) {
 		t.Cleanup(func() { g.Close() })
 		return g
 	}
-	gw1 := start("gw1", func(c *config.Config) {
-		c.Cluster.Etcd.Embed = true
-		c.Cluster.Etcd.PeerListen = peerURL
-		c.Cluster.Etcd.ClientListen = clientURL
-	})
-	gw2 := start("gw2", func(c *config.Config) { c.Cluster.Etcd.Endpoints = []string{clientURL} })
+	gw1 := start("gw1", hostEtcd(peerURL, clientURL))
+	gw2 := start("gw2", useEtcd(clientURL))
 
 	var c clusterJSON
 	brokertest.Eventually(t, 30*time.Second, "both panels with a healthy peer, a round trip and etcd polled healthy", func() bool {
