@@ -133,33 +133,14 @@ bridges:
 		pubWG.Add(1)
 		go func() {
 			defer pubWG.Done()
-			seq := uint64(1)
-			for !stop.Load() {
-				c, _, err := dialMQTT(laddr, fmt.Sprint("pub-", i), true)
-				if err != nil {
-					time.Sleep(20 * time.Millisecond)
-					continue
-				}
-				for !stop.Load() {
-					m := packet.Publish{Topic: []byte(topic), QoS: 1, PacketID: uint16(seq%60000) + 1, Payload: strconv.AppendUint(nil, seq, 10)}
-					if c.write(m.Append(nil, packet.V5)) != nil {
-						break
-					}
-					h, body, err := c.read(5 * time.Second)
-					if err != nil {
-						break
-					}
-					var a packet.Ack
-					if h.Type == packet.PUBACK && a.Decode(packet.V5, h.Type, body) == nil && !a.Reason.IsError() {
-						ackedMu.Lock()
-						acked[topic] = append(acked[topic], seq)
-						ackedMu.Unlock()
-						total.Add(1)
-					}
-					seq++ // an unacknowledged number may arrive or not, never out of order
-				}
-				c.nc.Close()
-			}
+			publishSeq(laddr, fmt.Sprint("pub-", i), topic, 1, &stop,
+				func(seq uint64) []byte { return strconv.AppendUint(nil, seq, 10) },
+				func(seq uint64) {
+					ackedMu.Lock()
+					acked[topic] = append(acked[topic], seq)
+					ackedMu.Unlock()
+					total.Add(1)
+				})
 		}()
 	}
 	// more waits until n more messages have been acknowledged locally.

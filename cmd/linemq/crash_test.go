@@ -174,33 +174,13 @@ func crashRecovery(t *testing.T, mode string) {
 	var pubWG sync.WaitGroup
 	publish := func(p int) {
 		defer pubWG.Done()
-		next := uint64(p) << 32
-		for !stop.Load() {
-			c, _, err := dialMQTT(addr, fmt.Sprint("pub-", p), true)
-			if err != nil {
-				time.Sleep(20 * time.Millisecond)
-				continue
-			}
-			for !stop.Load() {
-				payload := binenc.BigEndian.AppendUint64(nil, next)
-				m := packet.Publish{Topic: []byte(fmt.Sprintf("crash/data/%d", p)), QoS: 1, PacketID: uint16(next%60000) + 1, Payload: payload}
-				if c.write(m.Append(nil, packet.V5)) != nil {
-					break
-				}
-				h, body, err := c.read(5 * time.Second)
-				if err != nil {
-					break
-				}
-				var a packet.Ack
-				if h.Type == packet.PUBACK && a.Decode(packet.V5, h.Type, body) == nil && !a.Reason.IsError() {
-					ackedMu.Lock()
-					acked = append(acked, next)
-					ackedMu.Unlock()
-				}
-				next++
-			}
-			c.nc.Close()
-		}
+		publishSeq(addr, fmt.Sprint("pub-", p), fmt.Sprintf("crash/data/%d", p), uint64(p)<<32, &stop,
+			func(seq uint64) []byte { return binenc.BigEndian.AppendUint64(nil, seq) },
+			func(seq uint64) {
+				ackedMu.Lock()
+				acked = append(acked, seq)
+				ackedMu.Unlock()
+			})
 	}
 	for p := range 2 {
 		pubWG.Add(1)
@@ -306,6 +286,38 @@ func crashRecovery(t *testing.T, mode string) {
 }
 
 func errAs(err error, target any) bool { return errors.As(err, target) }
+
+// publishSeq publishes numbered QoS 1 messages to topic as id (clean
+// session), one at a time from first on, until stop is set, connecting
+// again whenever the broker goes away; acked sees each number whose PUBACK
+// accepted it. A number whose PUBACK was lost is not sent again: it may
+// arrive or not, never out of order.
+func publishSeq(addr, id, topic string, first uint64, stop *atomic.Bool, payload func(uint64) []byte, acked func(uint64)) {
+	seq := first
+	for !stop.Load() {
+		c, _, err := dialMQTT(addr, id, true)
+		if err != nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		for !stop.Load() {
+			m := packet.Publish{Topic: []byte(topic), QoS: 1, PacketID: uint16(seq%60000) + 1, Payload: payload(seq)}
+			if c.write(m.Append(nil, packet.V5)) != nil {
+				break
+			}
+			h, body, err := c.read(5 * time.Second)
+			if err != nil {
+				break
+			}
+			var a packet.Ack
+			if h.Type == packet.PUBACK && a.Decode(packet.V5, h.Type, body) == nil && !a.Reason.IsError() {
+				acked(seq)
+			}
+			seq++
+		}
+		c.nc.Close()
+	}
+}
 
 // readSession reads id's persistent session at addr until stop is set,
 // connecting again whenever the broker goes away (it is killed and
