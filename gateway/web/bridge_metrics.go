@@ -15,10 +15,7 @@ type bridgeCollector struct {
 	scalars []bridgeScalar
 }
 
-type bridgeScalar struct {
-	metric
-	value func(b *BridgeStats) float64
-}
+type bridgeScalar = series[BridgeStats]
 
 func newBridgeCollector(s *Server) *bridgeCollector {
 	c := &bridgeCollector{s: s}

@@ -96,15 +96,10 @@ type clusterCollector struct {
 	deliveries    metric
 }
 
-type regScalar struct {
-	metric
-	value func(r *RegistryStats) float64
-}
-
-type peerScalar struct {
-	metric
-	value func(p *PeerStats) float64
-}
+type (
+	regScalar  = series[RegistryStats]
+	peerScalar = series[PeerStats]
+)
 
 func newClusterCollector(s *Server) *clusterCollector {
 	c := &clusterCollector{s: s}

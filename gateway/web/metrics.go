@@ -55,26 +55,20 @@ type brokerCollector struct {
 	omitted       metric
 }
 
-// scalar is one broker-wide series read from broker.Stats.
-type scalar struct {
+// series is one metric whose value is read from a T: the broker's
+// statistics (scalar), the store's, a group's, a member's; the cluster's
+// and the bridges' families are series too.
+type series[T any] struct {
 	metric
-	value func(st *broker.Stats) float64
+	value func(*T) float64
 }
 
-type storageScalar struct {
-	metric
-	value func(st *StorageStats) float64
-}
-
-type groupScalar struct {
-	metric
-	value func(g *groupView) float64
-}
-
-type memberScalar struct {
-	metric
-	value func(m *memberView) float64
-}
+type (
+	scalar        = series[broker.Stats]
+	storageScalar = series[StorageStats]
+	groupScalar   = series[groupView]
+	memberScalar  = series[memberView]
+)
 
 var (
 	gauge   = prometheus.GaugeValue
