@@ -30,11 +30,18 @@ type cache[V comparable] struct {
 
 type cacheShard[V comparable] struct {
 	mu sync.RWMutex
-	m  map[string][]V // a nil value is a cached "no subscribers"
+	m  map[string]cached[V]
 	// Pad to two cache lines so that neighbouring shards' locks do not
 	// share one (adjacent-line prefetch makes 128 the safe distance). The
 	// size is worked out, not written down: a map is 4 bytes on armv7.
 	_ [128 - (unsafe.Sizeof(sync.RWMutex{})+unsafe.Sizeof(uintptr(0)))%128]byte
+}
+
+// cached is a match result (nil for "no subscribers") and the index
+// generation it was computed at.
+type cached[V comparable] struct {
+	r   []V
+	gen uint64
 }
 
 func newCache[V comparable](size int) *cache[V] {
@@ -49,7 +56,7 @@ func newCache[V comparable](size int) *cache[V] {
 		shards: make([]cacheShard[V], n),
 	}
 	for i := range c.shards {
-		c.shards[i].m = make(map[string][]V, c.per)
+		c.shards[i].m = make(map[string]cached[V], c.per)
 	}
 	return c
 }
@@ -58,19 +65,19 @@ func (c *cache[V]) shard(h uint64) *cacheShard[V] { return &c.shards[h&c.mask] }
 
 // get returns the cached result for name and whether there was one, and the
 // name's hash for a following put.
-func (c *cache[V]) get(name []byte) (r []V, ok bool, h uint64) {
+func (c *cache[V]) get(name []byte) (e cached[V], ok bool, h uint64) {
 	h = maphash.Bytes(c.seed, name)
 	s := c.shard(h)
 	s.mu.RLock()
-	r, ok = s.m[string(name)]
+	e, ok = s.m[string(name)]
 	s.mu.RUnlock()
-	return r, ok, h
+	return e, ok, h
 }
 
 // put stores a result. A full shard first drops half its entries, picked by
 // Go's randomised map iteration: random eviction as in NATS, which costs no
 // bookkeeping on the hit path (an LRU would write on every hit).
-func (c *cache[V]) put(h uint64, name []byte, r []V) {
+func (c *cache[V]) put(h uint64, name []byte, e cached[V]) {
 	s := c.shard(h)
 	s.mu.Lock()
 	if len(s.m) >= c.per {
@@ -81,7 +88,7 @@ func (c *cache[V]) put(h uint64, name []byte, r []V) {
 			}
 		}
 	}
-	s.m[string(name)] = r
+	s.m[string(name)] = e
 	s.mu.Unlock()
 }
 

@@ -14,8 +14,9 @@ import (
 type Index[V comparable] struct {
 	mu      sync.RWMutex // guards root, entries, filters
 	root    node[V]
-	entries int // (filter, value) pairs
-	filters int // nodes with at least one value
+	entries int    // (filter, value) pairs
+	filters int    // nodes with at least one value
+	gen     uint64 // Adds so far: see MatchGen
 
 	cache   *cache[V] // nil for the zero value: no caching
 	scratch sync.Pool // *[]V collecting a miss's result before it is copied out
@@ -120,9 +121,17 @@ func (l *leaf[V]) remove(v V) bool {
 // Add adds v under filter. Adding the same (filter, v) pair again is a no-op.
 // The filter should have passed [ValidateFilter]; see the package doc for how
 // an invalid one is treated.
-func (x *Index[V]) Add(filter string, v V) {
+func (x *Index[V]) Add(filter string, v V) { x.AddGen(filter, v) }
+
+// AddGen is Add, returning the index generation that includes v: a
+// [Index.MatchGen] of a name filter matches that returns a smaller
+// generation did not see v, one that returns this or a larger one did
+// (unless v was removed since).
+func (x *Index[V]) AddGen(filter string, v V) uint64 {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	x.gen++
+	gen := x.gen
 	n := &x.root
 	var l *leaf[V]
 	for i := 0; ; {
@@ -161,7 +170,7 @@ func (x *Index[V]) Add(filter string, v V) {
 		i = j + 1
 	}
 	if !l.add(v) {
-		return
+		return gen
 	}
 	x.entries++
 	if len(l.vals) == 1 {
@@ -170,6 +179,7 @@ func (x *Index[V]) Add(filter string, v V) {
 	if x.cache != nil {
 		x.cache.invalidate(filter)
 	}
+	return gen
 }
 
 // step is one edge walked by Remove, kept so empty nodes can be pruned
@@ -251,26 +261,36 @@ func (x *Index[V]) Remove(filter string, v V) bool {
 // it. It is never modified afterwards, so it stays valid after later Add and
 // Remove calls. A cache hit does not allocate.
 func (x *Index[V]) Match(name []byte) []V {
+	r, _ := x.MatchGen(name)
+	return r
+}
+
+// MatchGen is Match, also returning the index generation the result
+// reflects (see [Index.AddGen]): it tells whoever adds a value whether a
+// match made concurrently saw it.
+func (x *Index[V]) MatchGen(name []byte) ([]V, uint64) {
 	c := x.cache
 	if c == nil {
 		x.mu.RLock()
-		r := x.walk(name)
+		r, gen := x.walk(name), x.gen
 		x.mu.RUnlock()
-		return r
+		return r, gen
 	}
-	r, ok, h := c.get(name)
+	// A cached result is as old as its generation says, and still right:
+	// an Add that would change it invalidates it before returning.
+	e, ok, h := c.get(name)
 	if ok {
-		return r
+		return e.r, e.gen
 	}
 	x.mu.RLock()
-	r = x.walk(name)
+	e = cached[V]{r: x.walk(name), gen: x.gen}
 	// Store while holding the read lock: an Add or Remove that changes this
 	// result waits for it and then invalidates the entry, rather than
 	// running between the walk and the store and being overwritten by a
 	// stale result.
-	c.put(h, name, r)
+	c.put(h, name, e)
 	x.mu.RUnlock()
-	return r
+	return e.r, e.gen
 }
 
 // walk matches name against the trie and returns a new slice of exactly the

@@ -407,3 +407,81 @@ func TestIndexConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestMatchGen: a match reports the generation its result reflects, with or
+// without the cache, so that whoever adds a value can tell whether a match
+// saw it: for a value whose filter matches the name, an older generation
+// never includes it and the same or a newer one always does.
+func TestMatchGen(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		x    *Index[int]
+	}{{"cache", NewIndex[int](0)}, {"no cache", newIndexNoCache[int]()}} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := tc.x
+			r, g0 := x.MatchGen([]byte("a/b"))
+			if len(r) != 0 {
+				t.Fatalf("empty index matched %v", r)
+			}
+			x.Match([]byte("a/b")) // cached now (with the cache)
+			g1 := x.AddGen("a/+", 1)
+			if g1 <= g0 {
+				t.Fatalf("AddGen %d not above the earlier match's %d", g1, g0)
+			}
+			r, g := x.MatchGen([]byte("a/b"))
+			if !slices.Equal(r, []int{1}) || g < g1 {
+				t.Fatalf("after AddGen %d: %v at %d, want [1] at >= %d", g1, r, g, g1)
+			}
+			// An Add elsewhere changes nothing for a/b: the result still
+			// holds 1 (its generation may or may not move: only values
+			// whose filter matches the name are promised anything).
+			x.AddGen("c", 2)
+			r, g = x.MatchGen([]byte("a/b"))
+			if !slices.Equal(r, []int{1}) || g < g1 {
+				t.Fatalf("after AddGen(c): %v at %d, want [1] at >= %d", r, g, g1)
+			}
+		})
+	}
+}
+
+// TestMatchGenConcurrent: matches racing with adds (through the cache,
+// which the adds invalidate) never report a generation at or above a
+// matching value's without the value, nor one below it with it.
+func TestMatchGenConcurrent(t *testing.T) {
+	x := NewIndex[int](0)
+	const n = 200
+	gens := make([]uint64, n)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	type seen struct {
+		r   []int
+		gen uint64
+	}
+	var results []seen
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for i := range n {
+			g := x.AddGen(fmt.Sprintf("t/%d", i%7), i)
+			mu.Lock()
+			gens[i] = g
+			mu.Unlock()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for range 5 * n {
+			r, g := x.MatchGen([]byte("t/3"))
+			results = append(results, seen{r, g})
+		}
+	}()
+	wg.Wait()
+	for _, s := range results {
+		for i := 3; i < n; i += 7 {
+			has := slices.Contains(s.r, i)
+			if has != (s.gen >= gens[i]) {
+				t.Fatalf("match at generation %d: holds %d = %v, but %d was added at %d", s.gen, i, has, i, gens[i])
+			}
+		}
+	}
+}
