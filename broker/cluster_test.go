@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,9 +22,17 @@ import (
 // learns from the registry, the test tells the brokers directly.
 type memCluster struct {
 	self  string
+	mu    *sync.Mutex // guards nodes, which grows while the first nodes already run
 	nodes map[string]*broker.Server
 	down  map[string]*atomic.Bool
 	wg    *sync.WaitGroup
+}
+
+// node returns the broker named name.
+func (c *memCluster) node(name string) *broker.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[name]
 }
 
 type memNet struct {
@@ -34,7 +43,7 @@ type memNet struct {
 }
 
 func (n *memNet) cluster(self string) *memCluster {
-	return &memCluster{self: self, nodes: n.nodes, down: n.down, wg: &n.wg}
+	return &memCluster{self: self, mu: &n.mu, nodes: n.nodes, down: n.down, wg: &n.wg}
 }
 
 func (c *memCluster) Forward(node string, m *broker.Message) {
@@ -44,7 +53,7 @@ func (c *memCluster) Forward(node string, m *broker.Message) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		c.nodes[node].ForwardFrom(c.self, m.Clone())
+		c.node(node).ForwardFrom(c.self, m.Clone())
 	}()
 }
 
@@ -58,7 +67,7 @@ func (c *memCluster) Deliver(to broker.RemoteMember, m *broker.Message, done fun
 			done(errNodeDown)
 			return
 		}
-		c.nodes[to.Node].DeliverFrom(to, m.Clone(), func(ok bool) {
+		c.node(to.Node).DeliverFrom(to, m.Clone(), func(ok bool) {
 			if ok {
 				done(nil)
 			} else {
@@ -74,14 +83,17 @@ func (c *memCluster) Claim(context.Context, string, bool) error { return nil }
 func (c *memCluster) Release(string)                            {}
 
 func (c *memCluster) Retain(m *broker.Message, skip []string) {
-	for node := range c.nodes {
+	c.mu.Lock()
+	nodes := slices.Collect(maps.Keys(c.nodes))
+	c.mu.Unlock()
+	for _, node := range nodes {
 		if node == c.self || c.down[node].Load() || slices.Contains(skip, node) {
 			continue
 		}
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			c.nodes[node].RetainFrom(c.self, m.Clone())
+			c.node(node).RetainFrom(c.self, m.Clone())
 		}()
 	}
 }
@@ -97,7 +109,9 @@ func startCluster(t *testing.T, n int) (*memNet, []*brokertest.Server) {
 		name := fmt.Sprint("n", i)
 		net.down[name] = new(atomic.Bool)
 		s := brokertest.Start(t, broker.Options{Cluster: net.cluster(name)}, nil)
+		net.mu.Lock()
 		net.nodes[name] = s.Server
+		net.mu.Unlock()
 		servers = append(servers, s)
 	}
 	t.Cleanup(net.wg.Wait)

@@ -25,7 +25,14 @@ type soakWorker struct {
 }
 
 func startSoakWorker(t *testing.T, addr, id string, seen *sync.Map, dups *atomic.Int64) *soakWorker {
-	c := windowSub(t, addr, id, "$share/soak/plant/+/+/telemetry", 32, 0)
+	cp := rawV5(id, true)
+	cp.Props.Set(packet.PropReceiveMaximum)
+	cp.Props.ReceiveMaximum = 32
+	c, _ := brokertest.Connect(t, addr, cp)
+	// The SUBACK is not awaited here: the group may hand the new member a
+	// message before it (the spec allows it), and the loop below must
+	// record that one too. It skips the SUBACK.
+	c.Send((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("$share/soak/plant/+/+/telemetry"), QoS: 1}}}).Append(nil, packet.V5))
 	w := &soakWorker{c: c, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
