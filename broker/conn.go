@@ -49,6 +49,9 @@ type conn struct {
 	partial    int64     // when (Unix ns) the packet still incomplete in rbuf began to arrive; 0 when none
 	parkFD     int       // the socket's descriptor while parked, else -1
 	noPark     bool      // the connection cannot be parked (no descriptor)
+	rxc        *rxClock  // the timestamping reader; nil while parked, or for a socket without timestamps
+	rxState    uint8     // rxUnknown, rxOn or rxOff
+	rx         int64     // the kernel's receive time of the last read (Unix ns), 0 when unknown
 	sc         *scratch  // decode structs, borrowed from the server for one read
 	aliasIn    []string  // inbound topic aliases, grown to the highest used
 	r          *router
@@ -61,6 +64,9 @@ type conn struct {
 	maxIn int
 
 	deniedLogged bool // a publish denied by the Authenticator was logged
+
+	serial uint64 // names the connection in Message.echoConn; never 0
+	ackSeq uint64 // the reader's count of publish acknowledgements, numbering heldAck.seq
 
 	// The acknowledgements on their way out, in order, once one had to
 	// wait (sendAcks); nil until then, so an idle connection pays nothing.
@@ -91,6 +97,8 @@ type conn struct {
 	writing  bool          // a writer goroutine is running
 	wclosed  bool          // the writer closed the socket; wdone is closed
 	wdone    chan struct{} // closed once the socket is closed by the writer
+	acksOut  uint64        // the highest heldAck.seq written
+	echo     *echoBuf      // the client's own messages waiting for their acknowledgements; nil when none
 
 	// readable is signalled when a 3.1.1 publisher paused for holding too
 	// many unacknowledged publishes gets one acknowledged. Made at CONNECT
@@ -108,6 +116,7 @@ func newConn(srv *Server, nc net.Conn) *conn {
 		parkFD:      -1,
 		wdone:       make(chan struct{}),
 		maxIn:       srv.opts.MaxPacketSize,
+		serial:      srv.connSerial.Add(1),
 	}
 	if ll, ok := nc.(ListenerLimits); ok {
 		if n := ll.MaxPacketSize(); n > 0 {
@@ -162,7 +171,7 @@ func (c *conn) readLoop() (packet.ReasonCode, error) {
 		if len(buf) == cap(buf) {
 			buf = grow(buf, max(minReadBuf, 2*cap(buf)))
 		}
-		n, err := c.nc.Read(buf[len(buf):cap(buf)])
+		n, err := c.read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		c.rbuf = buf
 		if n > 0 {
@@ -214,6 +223,32 @@ func (c *conn) readLoop() (packet.ReasonCode, error) {
 			return packet.ServerShuttingDown, nil
 		}
 	}
+}
+
+// Whether a connection's reads carry the kernel's receive time.
+const (
+	rxUnknown uint8 = iota // not tried yet
+	rxOn                   // SO_TIMESTAMPNS is set on the socket
+	rxOff                  // not a TCP socket, or the option failed
+)
+
+// read reads from the socket, noting in c.rx when the kernel received what
+// it read (arrival.go).
+func (c *conn) read(p []byte) (int, error) {
+	if c.rxc == nil && c.rxState != rxOff {
+		if c.rxc = newRxClock(c.nc, c.rxState == rxUnknown); c.rxc != nil {
+			c.rxState = rxOn
+		} else {
+			c.rxState = rxOff
+		}
+	}
+	if c.rxc == nil {
+		c.rx = 0
+		return c.nc.Read(p)
+	}
+	n, ts, err := c.rxc.read(p)
+	c.rx = ts
+	return n, err
 }
 
 // armDeadline sets the read deadline of a connected client: its keep-alive
@@ -372,6 +407,10 @@ func (c *conn) writeLoop() {
 			c.writing = false
 			if closing {
 				c.wclosed = true
+				// Held echoes die with the connection: they are in
+				// flight and go again to its next one.
+				c.echo = nil
+				c.accountLocked()
 			}
 			c.wmu.Unlock()
 			if closing {
@@ -389,7 +428,7 @@ func (c *conn) writeLoop() {
 		if _, err := c.nc.Write(buf); err != nil {
 			c.wmu.Lock()
 			c.closing, c.wclosed, c.writing = true, true, false
-			c.out = nil
+			c.out, c.echo = nil, nil
 			c.inWrite = 0
 			c.accountLocked()
 			c.wmu.Unlock()
@@ -437,7 +476,7 @@ func (c *conn) overPending() bool {
 // reading pins it too), or the server its MaxPendingBytesTotal with this
 // connection holding some of it.
 func (c *conn) fullLocked() bool {
-	n := len(c.out) + int(c.inWrite)
+	n := len(c.out) + int(c.inWrite) + c.echoLenLocked()
 	if n >= c.srv.opts.MaxPendingBytes {
 		return true
 	}
@@ -448,7 +487,7 @@ func (c *conn) fullLocked() bool {
 // accountLocked brings the server's count of bytes waiting to be written
 // up to date with this connection's.
 func (c *conn) accountLocked() {
-	n := int32(len(c.out)) + c.inWrite
+	n := int32(len(c.out)+c.echoLenLocked()) + c.inWrite
 	if d := n - c.counted; d != 0 {
 		c.srv.pending.Add(int64(d))
 		c.counted = n
@@ -591,6 +630,14 @@ func (c *conn) writeBytes(b []byte) {
 
 // writeAck appends a PUBACK, PUBREC, PUBREL or PUBCOMP.
 func (c *conn) writeAck(t packet.Type, pid uint16, reason packet.ReasonCode) {
+	c.writeAckSeq(t, pid, reason, 0)
+}
+
+// writeHeldAck appends a held acknowledgement, and after it the client's
+// own messages that waited for it.
+func (c *conn) writeHeldAck(a *heldAck) { c.writeAckSeq(a.t, a.pid, a.rc, a.seq) }
+
+func (c *conn) writeAckSeq(t packet.Type, pid uint16, reason packet.ReasonCode, seq uint64) {
 	if t == packet.PUBACK && c.unackedIn.Add(-1) < int32(c.srv.opts.ReceiveMaximum) && c.version < packet.V5 {
 		select {
 		case c.readable <- struct{}{}: // made at CONNECT for 3.1.1 clients
@@ -606,8 +653,78 @@ func (c *conn) writeAck(t packet.Type, pid uint16, reason packet.ReasonCode) {
 	c.wmu.Lock()
 	if !c.closing {
 		c.out = a.Append(c.out, c.version)
+		if seq > c.acksOut {
+			c.acksOut = seq
+			if c.echo != nil {
+				c.releaseEchoLocked()
+			}
+		}
 	}
 	c.wmu.Unlock()
+}
+
+// echoBuf holds PUBLISH packets of a client's own messages, encoded, until
+// the acknowledgements of the publishes they came from are written: a
+// client subscribed to what it publishes gets its PUBACK first, as from a
+// broker that acknowledges before it routes, even when the acknowledgement
+// waits for the Store. Messages of other publishers do not wait.
+type echoBuf struct {
+	b     []byte
+	marks []echoMark // in order of gate
+}
+
+// echoMark says that echoBuf.b up to end waits for acknowledgement gate.
+type echoMark struct {
+	gate uint64
+	end  int
+}
+
+// appendEchoLocked holds p, encoded, until acknowledgement gate is
+// written.
+func (c *conn) appendEchoLocked(p *packet.Publish, gate uint64) {
+	e := c.echo
+	if e == nil {
+		e = new(echoBuf)
+		c.echo = e
+	}
+	e.b = p.Append(e.b, c.version)
+	if n := len(e.marks); n > 0 && e.marks[n-1].gate == gate {
+		e.marks[n-1].end = len(e.b)
+		return
+	}
+	e.marks = append(e.marks, echoMark{gate: gate, end: len(e.b)})
+}
+
+// releaseEchoLocked moves the held messages whose acknowledgements are
+// written to out.
+func (c *conn) releaseEchoLocked() {
+	e := c.echo
+	n, end := 0, 0
+	for n < len(e.marks) && e.marks[n].gate <= c.acksOut {
+		end = e.marks[n].end
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	c.out = append(c.out, e.b[:end]...)
+	if n == len(e.marks) {
+		c.echo = nil // the common case: nothing else waits
+		return
+	}
+	e.b = e.b[:copy(e.b, e.b[end:])]
+	e.marks = e.marks[:copy(e.marks, e.marks[n:])]
+	for i := range e.marks {
+		e.marks[i].end -= end
+	}
+}
+
+// echoLenLocked is the number of bytes held in echo.
+func (c *conn) echoLenLocked() int {
+	if c.echo == nil {
+		return 0
+	}
+	return len(c.echo.b)
 }
 
 // writeResult says what became of a PUBLISH handed to writePublish.
@@ -621,8 +738,10 @@ const (
 )
 
 // writePublish appends p, applying an outbound topic alias when the client
-// allows them. The caller holds the session's mu.
-func (c *conn) writePublish(p *packet.Publish, topic string, qos0 bool) writeResult {
+// allows them. A client's own message (gate > 0) waits for the gate-th
+// publish acknowledgement when that is not written yet (conn.echo). The
+// caller holds the session's mu.
+func (c *conn) writePublish(p *packet.Publish, topic string, qos0 bool, gate uint64) writeResult {
 	// A message near the protocol's size limit could exceed it once this
 	// client's subscription identifiers are added; the encoder cannot
 	// represent that, so it is treated as too large for the client.
@@ -635,6 +754,17 @@ func (c *conn) writePublish(p *packet.Publish, topic string, qos0 bool) writeRes
 		return busy
 	}
 	defer c.accountLocked()
+	if gate > c.acksOut {
+		// Held back, it uses only aliases already sent: a new one would be
+		// defined after later packets that already use it.
+		if a, ok := c.aliasOut[topic]; ok && c.aliasMaxOut > 0 {
+			p.Topic = p.Topic[:0]
+			p.Props.Set(packet.PropTopicAlias)
+			p.Props.TopicAlias = a
+		}
+		c.appendEchoLocked(p, gate)
+		return written
+	}
 	if c.aliasMaxOut > 0 {
 		if a, ok := c.aliasOut[topic]; ok {
 			p.Topic = p.Topic[:0]

@@ -178,6 +178,15 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 	// The message is made before the authorisation check so that the check
 	// gets its topic as a string without another allocation.
 	m := newMessage(p, name, c.clientID, c.srv.clock.Now())
+	if p.QoS > 0 {
+		c.ackSeq++
+	}
+	// Should the client be subscribed to its own topic, the message goes
+	// back to it only after this publish's acknowledgement (a QoS 0
+	// message, after the acknowledgements before it): a client that sees
+	// its own message may take its publish as done, and it is.
+	m.echoConn, m.echoGate = c.serial, c.ackSeq
+	m.rx = c.rx
 	if !opts.Auth.CanPublish(c.info, m.Topic) {
 		rc = packet.NotAuthorized
 		c.srv.stats.publishDenied.Add(1)
@@ -199,6 +208,7 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 			// it is often a device's configuration.
 			c.needSync = c.needSync || (c.srv.opts.Store != nil && p.QoS > 0 && !retainRefused)
 		}
+		c.srv.recordArrival(m)
 		r := c.router()
 		r.route(c.srv, m, c)
 		switch {
@@ -226,12 +236,12 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 	}
 	switch p.QoS {
 	case 1:
-		c.held = append(c.held, heldAck{t: packet.PUBACK, pid: p.PacketID, rc: rc, wait: wait, remote: remote})
+		c.held = append(c.held, heldAck{t: packet.PUBACK, pid: p.PacketID, rc: rc, wait: wait, remote: remote, seq: c.ackSeq})
 	case 2:
 		if rc.IsError() {
 			c.forgetInbound(p.PacketID)
 		}
-		c.held = append(c.held, heldAck{t: packet.PUBREC, pid: p.PacketID, rc: rc, wait: wait, remote: remote})
+		c.held = append(c.held, heldAck{t: packet.PUBREC, pid: p.PacketID, rc: rc, wait: wait, remote: remote, seq: c.ackSeq})
 	}
 	return nil
 }
@@ -245,6 +255,7 @@ type heldAck struct {
 	wait   *session    // a congested share-group member to wait for, or nil
 	remote *remoteWait // directed deliveries to other nodes to wait for, or nil
 	reply  *heldReply  // a SUBACK's or UNSUBACK's reasons, nil otherwise
+	seq    uint64      // a publish acknowledgement's number (conn.ackSeq), 0 otherwise
 }
 
 // errStoreFailed ends a 3.1.1 connection whose publish could not be made
@@ -308,14 +319,14 @@ func (c *conn) sendAcks(held []heldAck, err error) {
 	if simple {
 		if q == nil {
 			for _, a := range held {
-				c.writeAck(a.t, a.pid, a.rc)
+				c.writeHeldAck(&a)
 			}
 			return
 		}
 		q.mu.Lock()
 		if len(q.q) == 0 && !q.draining {
 			for _, a := range held {
-				c.writeAck(a.t, a.pid, a.rc)
+				c.writeHeldAck(&a)
 			}
 			q.mu.Unlock()
 			return
@@ -438,7 +449,7 @@ func (p *pendingAck) unblock() {
 			if r.a.reply != nil {
 				c.sendReply(r.a, r.err)
 			} else {
-				c.writeAck(r.a.t, r.a.pid, r.a.rc)
+				c.writeHeldAck(&r.a)
 			}
 		}
 		wrote = true

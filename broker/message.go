@@ -48,6 +48,21 @@ type Message struct {
 	// another node.
 	fromPeer bool
 
+	// echoConn and echoGate hold a client's own message back until its
+	// publish is acknowledged (see conn.echo): echoConn is the serial of
+	// the connection that published it (0 for none), echoGate the number
+	// of that connection's publish acknowledgements that must be written
+	// before the message may go back to it.
+	echoConn uint64
+	echoGate uint64
+
+	// rx is when the kernel received the PUBLISH (Unix ns), 0 when unknown;
+	// matchedGen is one more than the generation of the subscription index
+	// its match saw, 0 until it is matched. A new subscription looks back
+	// at recent messages by both (arrival.go).
+	rx         int64
+	matchedGen atomic.Uint64
+
 	// id names the message in the Store once it is queued to a persistent
 	// session, so that its body is stored once however many sessions it
 	// is queued to. 0 until then.

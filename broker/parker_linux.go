@@ -84,6 +84,7 @@ func (p *parker) park(c *conn) bool {
 		if len(c.rbuf) == 0 {
 			c.rbuf = nil
 		}
+		c.rxc = nil
 		c.wmu.Lock()
 		if !c.writing {
 			c.spare = nil

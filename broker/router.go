@@ -34,7 +34,10 @@ const linearDedupLimit = 16
 // of every matching share group. It returns how many sessions took it, and
 // sets r.matched when anything matched (even if none could take it).
 func (r *router) route(srv *Server, m *Message, from *conn) int {
-	subs := srv.subs.Match(m.topicBytes)
+	subs, gen := srv.subs.MatchGen(m.topicBytes)
+	if m.rx != 0 {
+		m.matchedGen.Store(gen + 1) // for subscriptions looking back (arrival.go)
+	}
 	r.targets = r.targets[:0]
 	r.matched = false
 	useMap := len(subs) > linearDedupLimit

@@ -55,6 +55,10 @@ type Server struct {
 	queued  atomic.Int64  // messages queued in all sessions, for MaxQueuedTotal
 	pending atomic.Int64  // bytes waiting to be written to all connections, for MaxPendingBytesTotal
 	msgIDs  atomic.Uint64 // the last Store id given to a message (Message.storeID)
+
+	connSerial atomic.Uint64 // the last conn.serial given
+
+	recent recentRing // recently received messages, for arrival order (arrival.go)
 }
 
 // New returns a Server configured by opts, or the options that are invalid.

@@ -105,6 +105,11 @@ func (s *session) deliver(m *Message, qos byte, retain bool, ids *subIDs, g *sha
 	now := s.srv.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.deliverLocked(m, qos, retain, ids, g, now)
+}
+
+// deliverLocked is deliver with s.mu held.
+func (s *session) deliverLocked(m *Message, qos byte, retain bool, ids *subIDs, g *shareGroup, now time.Time) deliverResult {
 	if s.ended {
 		return deliverResult{}
 	}
@@ -335,7 +340,11 @@ func (s *session) sendLocked(d *delivery, pid uint16, now time.Time) writeResult
 	if c.version < packet.V5 {
 		p.Props.Reset()
 	}
-	return c.writePublish(p, d.msg.Topic, d.qos == 0)
+	var gate uint64
+	if d.msg.echoConn == c.serial {
+		gate = d.msg.echoGate
+	}
+	return c.writePublish(p, d.msg.Topic, d.qos == 0, gate)
 }
 
 // ack handles PUBACK (QoS 1) and PUBCOMP (QoS 2) from the client: the

@@ -32,6 +32,7 @@ type counters struct {
 	storeErrors      atomic.Uint64
 	acksHeld         atomic.Uint64
 	groupDiscarded   atomic.Uint64
+	lookedBack       atomic.Uint64
 }
 
 // Stats is a snapshot of the broker's counters and sizes.
@@ -70,6 +71,7 @@ type Stats struct {
 	StoreErrors        uint64 // failed Store writes and syncs
 	AcksHeld           uint64 // publisher acknowledgements held back by share-group backpressure
 	GroupDiscarded     uint64 // messages discarded because their share group ended
+	LookedBack         uint64 // messages a new subscription got that arrived after its SUBSCRIBE but were routed before it was handled (arrival.go)
 }
 
 // Stats returns a snapshot of the broker's counters.
@@ -116,5 +118,6 @@ func (srv *Server) Stats() Stats {
 		StoreErrors:        c.storeErrors.Load(),
 		AcksHeld:           c.acksHeld.Load(),
 		GroupDiscarded:     c.groupDiscarded.Load(),
+		LookedBack:         c.lookedBack.Load(),
 	}
 }

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -91,13 +92,14 @@ func (c *conn) handleSubscribe(body []byte) error {
 			id:                subID,
 			groupName:         group,
 		}
-		existed, rc := c.srv.subscribe(sub, shared)
+		existed, rc, lb := c.srv.subscribe(sub, shared, c.rx)
+		c.needSync = c.needSync || lb.persisted
 		if rc.IsError() {
 			reply.reasons = append(reply.reasons, rc)
 			continue
 		}
 		reply.reasons = append(reply.reasons, packet.ReasonCode(sub.qos))
-		reply.added = append(reply.added, addedSub{sub: sub, at: len(reply.reasons) - 1, existed: existed})
+		reply.added = append(reply.added, addedSub{sub: sub, at: len(reply.reasons) - 1, existed: existed, back: lb.msgs})
 		sess := c.sess
 		sess.mu.Lock()
 		if sess.subs[sub.filter] == sub && sess.saveSubLocked(sub) {
@@ -143,6 +145,7 @@ type addedSub struct {
 	sub     *subscription
 	at      int
 	existed bool
+	back    []*Message // what its look-back delivered (arrival.go)
 }
 
 // sendReply writes a held SUBACK or UNSUBACK. err is the Store's failure:
@@ -182,6 +185,12 @@ func (c *conn) sendReply(a heldAck, err error) {
 			continue
 		}
 		msgs := c.srv.retained.match(sub.topicFilter, now)
+		if len(ad.back) > 0 {
+			// A retained message the look-back delivered arrived after
+			// the SUBSCRIBE: it was not retained when the subscription
+			// began.
+			msgs = slices.DeleteFunc(msgs, func(m *Message) bool { return slices.Contains(ad.back, m) })
+		}
 		if len(msgs) == 0 {
 			continue
 		}
@@ -271,12 +280,14 @@ func tooDeep[T string | []byte](o *Options, t T) bool {
 }
 
 // subscribe installs sub for its session, replacing a subscription to the
-// same filter [MQTT-3.8.4-3]. It reports whether one existed.
-func (srv *Server) subscribe(sub *subscription, shared bool) (existed bool, rc packet.ReasonCode) {
+// same filter [MQTT-3.8.4-3]. It reports whether one existed, and what a
+// new ordinary subscription received by looking back at the messages that
+// arrived after its SUBSCRIBE (at arrived, a kernel timestamp; 0 for none).
+func (srv *Server) subscribe(sub *subscription, shared bool, arrived int64) (existed bool, rc packet.ReasonCode, lb lookedBack) {
 	s := sub.sess
 	if shared {
 		if rc := srv.joinGroup(sub.groupName, sub.topicFilter, sub); rc.IsError() {
-			return false, rc
+			return false, rc, lb
 		}
 	}
 	s.mu.Lock()
@@ -285,15 +296,22 @@ func (srv *Server) subscribe(sub *subscription, shared bool) (existed bool, rc p
 	if !ended {
 		s.subs[sub.filter] = sub
 	}
+	if !ended && !shared {
+		// The index lock is taken under the session's: matching never
+		// holds it while taking a session's lock. Holding s.mu keeps any
+		// message routed through sub from reaching s before the older
+		// ones the look-back finds.
+		gen := srv.subs.AddGen(sub.topicFilter, sub)
+		if arrived != 0 && old == nil {
+			lb = srv.lookBackLocked(s, sub, gen, arrived)
+		}
+	}
 	s.mu.Unlock()
 	if ended {
 		if shared {
 			srv.leaveGroup(sub)
 		}
-		return false, packet.UnspecifiedError
-	}
-	if !shared {
-		srv.subs.Add(sub.topicFilter, sub)
+		return false, packet.UnspecifiedError, lb
 	}
 	if old != nil && !shared {
 		srv.subs.Remove(old.topicFilter, old)
@@ -306,7 +324,7 @@ func (srv *Server) subscribe(sub *subscription, shared bool) (existed bool, rc p
 	if ended {
 		srv.removeSubscription(sub)
 	}
-	return old != nil, packet.Success
+	return old != nil, packet.Success, lb
 }
 
 // removeSubscription takes sub out of the index or its group. Leaving a

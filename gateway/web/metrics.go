@@ -100,6 +100,7 @@ func newBrokerCollector(s *Server) *brokerCollector {
 	st("messages_delivered_total", "Messages handed to sessions (one per subscriber or group pick).", counter, func(s *broker.Stats) float64 { return float64(s.MessagesRouted) })
 	st("messages_acknowledged_total", "QoS 1/2 deliveries acknowledged by subscribers.", counter, func(s *broker.Stats) float64 { return float64(s.Acknowledged) })
 	st("messages_duplicate_qos2_total", "QoS 2 resends recognised and not routed again.", counter, func(s *broker.Stats) float64 { return float64(s.DuplicateQoS2) })
+	st("messages_looked_back_total", "Messages a new subscription received because they arrived after its SUBSCRIBE but were routed before it was handled.", counter, func(s *broker.Stats) float64 { return float64(s.LookedBack) })
 	st("messages_expired_total", "Messages whose expiry passed before delivery.", counter, func(s *broker.Stats) float64 { return float64(s.Expired) })
 	st("sessions_expired_total", "Sessions ended by their expiry interval.", counter, func(s *broker.Stats) float64 { return float64(s.ExpiredSessions) })
 	st("wills_published_total", "Will messages published.", counter, func(s *broker.Stats) float64 { return float64(s.WillsPublished) })
