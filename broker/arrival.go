@@ -87,10 +87,11 @@ func (srv *Server) recordArrival(m *Message) {
 }
 
 // matchWait bounds how long a look-back waits for a message that is in the
-// ring but not matched yet: a match takes microseconds; a reader stalled
+// ring but not matched yet: a match takes microseconds, but its reader may
+// be descheduled right between the two on a loaded machine. One stalled
 // for longer than this loses the message for the new subscription, as
 // before arrival order.
-const matchWait = 5 * time.Millisecond
+const matchWait = 20 * time.Millisecond
 
 // lookBackLocked delivers to session s, for its new ordinary subscription
 // sub, the messages that arrived after sub's SUBSCRIBE (at arrived, a
