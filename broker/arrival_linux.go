@@ -64,6 +64,7 @@ func (r *rxClock) recvmsg(fd uintptr) bool {
 			return false // wait for the poller
 		case nil:
 			r.n, r.err, r.ts = n, nil, rxTimestamp(oob[:oobn])
+			raceSyncRead(int(fd))
 		default:
 			r.n, r.err, r.ts = 0, err, 0
 		}
