@@ -150,7 +150,11 @@ func TestFeedingStopsWithinOnePeriod(t *testing.T) {
 	_, clk := start(t, g, f)
 	clk.Advance(time.Second)
 	clk.Advance(time.Second)
-	before := f.feeds.Load() // every tick so far fed, the second's included: it is done
+	// The second Advance returning means its tick was received, not that
+	// its check is done: wait for its feed (the first check's, then one a
+	// tick), so that it cannot land after the gate fails.
+	brokertest.Eventually(t, 5*time.Second, "the second tick's feed", func() bool { return f.feeds.Load() == 3 })
+	before := f.feeds.Load()
 	g.set(false, "broker: liveness probe timed out")
 	clk.Advance(time.Second)
 	clk.Advance(time.Second)
