@@ -10,9 +10,10 @@ package broker
 // one thread handles packets in arrival order and passes; linemq handles
 // connections in parallel, and on an idle machine it lost that race most of
 // the time: when both packets arrive while the broker sleeps, the thread
-// that wakes for the first (60 to 200 us later on a virtual machine's idle
+// that wakes for the first (57 to 175 us later on a virtual machine's idle
 // CPU) finds both ready, and Go's netpoller hands it the goroutines last
-// first, so the PUBLISH that arrived 50 us after the SUBSCRIBE was routed
+// first (runtime/proc.go: the gList netpoll returns is pushed and popped
+// at its head), so the PUBLISH that arrived 50 us after the SUBSCRIBE was routed
 // before the SUBSCRIBE was read (docs/mqtt.md has the measurements;
 // TestSubscribeThenPublishElsewhere counts how often it happens).
 //
