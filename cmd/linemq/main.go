@@ -38,6 +38,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"github.com/linemq/linemq/gateway"
@@ -224,11 +225,19 @@ func configure(fs *flag.FlagSet, file string) (*config.Config, error) {
 	var errs []error
 	fs.Visit(func(f *flag.Flag) {
 		if key, ok := flagKeys[f.Name]; ok {
-			v := f.Value.String()
+			v, origin := f.Value.String(), "flag -"+f.Name
 			if f.Name == "etcd-endpoints" {
-				v = "[" + v + "]" // a list in the file
+				// A list in the file: each comma-separated URL an item.
+				var eps []string
+				for ep := range strings.SplitSeq(v, ",") {
+					if ep = strings.TrimSpace(ep); ep != "" {
+						eps = append(eps, ep)
+					}
+				}
+				errs = append(errs, cfg.OverrideList(key, eps, origin))
+				return
 			}
-			errs = append(errs, cfg.Override(key, v, "flag -"+f.Name))
+			errs = append(errs, cfg.Override(key, v, origin))
 		}
 	})
 	if err := errors.Join(errs...); err != nil {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"regexp"
 	"runtime"
 	"strings"
@@ -311,6 +312,27 @@ func TestConfigure(t *testing.T) {
 	}
 	if cfg.NodeID != "gw-9" || *cfg.MQTT.Listen != ":1883" || cfg.DataDir != "./data" {
 		t.Errorf("config = %+v", cfg)
+	}
+
+	// -etcd-endpoints takes one URL or a comma-separated list, as
+	// docs/cluster.md shows (issue 21: it exited 2, "not a single value").
+	for _, tc := range []struct {
+		arg  string
+		want []string
+	}{
+		{"http://127.0.0.1:2379", []string{"http://127.0.0.1:2379"}},
+		{"http://10.0.0.5:2379, http://10.0.0.6:2379,", []string{"http://10.0.0.5:2379", "http://10.0.0.6:2379"}},
+	} {
+		fs, configFile, _ = newFlagSet(io.Discard)
+		if err := fs.Parse([]string{"-node-id", "gw1", "-cluster-listen", "127.0.0.1:7946", "-etcd-endpoints", tc.arg}); err != nil {
+			t.Fatal(err)
+		}
+		if cfg, err = configure(fs, *configFile); err != nil {
+			t.Fatalf("-etcd-endpoints %q: %v", tc.arg, err)
+		}
+		if !slices.Equal(cfg.Cluster.Etcd.Endpoints, tc.want) {
+			t.Errorf("-etcd-endpoints %q: cluster.etcd.endpoints = %q, want %q", tc.arg, cfg.Cluster.Etcd.Endpoints, tc.want)
+		}
 	}
 
 	// Every configuration flag maps to a key, and every key a flag.

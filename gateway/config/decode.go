@@ -203,14 +203,34 @@ func syntaxError(name string, err error) error {
 // line of the file it replaced. An empty value is the empty string (which
 // disables a listener), not "no value". On error c is unchanged.
 func (c *Config) Override(key, value, origin string) error {
-	// The value goes through the same decoder as a file's, as a one-key
-	// document, so that a flag accepts exactly what the file does.
+	return c.override(key, scalar(value), value, origin)
+}
+
+// OverrideList sets the list at key (dotted, as Override's) to values, as
+// if a file had said `key: [v1, v2, ...]`: a flag such as -etcd-endpoints
+// that takes a comma-separated list.
+func (c *Config) OverrideList(key string, values []string, origin string) error {
+	seq := &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
+	for _, v := range values {
+		seq.Content = append(seq.Content, scalar(v))
+	}
+	return c.override(key, seq, strings.Join(values, ","), origin)
+}
+
+// scalar is value as a YAML string scalar.
+func scalar(value string) *yaml.Node {
 	v := &yaml.Node{Kind: yaml.ScalarNode, Value: value}
 	switch value {
 	case "", "~", "null", "Null", "NULL":
 		// Plain, these would be YAML's null, which keeps the default.
 		v.Style = yaml.DoubleQuotedStyle
 	}
+	return v
+}
+
+func (c *Config) override(key string, v *yaml.Node, value, origin string) error {
+	// The value goes through the same decoder as a file's, as a one-key
+	// document, so that a flag accepts exactly what the file does.
 	for _, name := range slices.Backward(strings.Split(key, ".")) {
 		v = &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{{Kind: yaml.ScalarNode, Value: name}, v}}
 	}
