@@ -72,6 +72,37 @@ type Cluster interface {
 	Retain(m *Message, skip []string)
 }
 
+// ClusterInbound is the broker as a cluster's glue drives it: what the
+// registry says about the other nodes, what they send, and the sessions
+// that move between nodes. *Server implements it.
+type ClusterInbound interface {
+	// SetRemoteRoute and SetRemoteMember record other nodes' ordinary
+	// filters and share-group members.
+	SetRemoteRoute(node, filter string, present bool)
+	SetRemoteMember(rm RemoteMember, present bool)
+	// ForwardFrom, DeliverFrom and RetainFrom take what another node
+	// sent: a message for the ordinary subscribers here, one for a member
+	// here, a retained message to keep.
+	ForwardFrom(node string, m *Message)
+	DeliverFrom(to RemoteMember, m *Message, done func(accepted bool))
+	RetainFrom(node string, m *Message)
+	// RetainedSnapshot and MergeRetained exchange retained messages with
+	// a node that joins or comes back.
+	RetainedSnapshot() []*Message
+	MergeRetained(ms []*Message) int
+	// HandOver, Adopt, Drop and Evict move a session between nodes; see
+	// each.
+	HandOver(clientID string) (*SessionState, bool)
+	Adopt(st *SessionState) error
+	Drop(clientID string)
+	Evict(clientID string)
+	// Clients lists the sessions here, for settling the restored ones
+	// with the registry.
+	Clients() []ClientStats
+}
+
+var _ ClusterInbound = (*Server)(nil)
+
 // Registration is a change of this node's subscriptions on its way to the
 // other nodes.
 type Registration interface {

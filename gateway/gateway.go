@@ -39,6 +39,7 @@ import (
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/gateway/auth"
 	"github.com/linemq/linemq/gateway/bridge"
+	"github.com/linemq/linemq/gateway/cluster"
 	"github.com/linemq/linemq/gateway/config"
 	"github.com/linemq/linemq/gateway/health"
 	"github.com/linemq/linemq/gateway/listen"
@@ -79,7 +80,7 @@ type Gateway struct {
 	srv     *broker.Server
 	store   *bolt.Store
 	health  *health.Registry
-	cluster *clustering // nil when standalone
+	cluster *cluster.Cluster // nil when standalone
 	hw      *hw.Hardware
 	web     *web.Server  // nil when http.listen is empty
 	mqtt    net.Listener // the mqtt.listen shortcut; nil when disabled
@@ -145,9 +146,9 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	healthReg := health.New(health.Options{Logger: log.With("component", "health")})
-	var cl *clustering
+	var cl *cluster.Cluster
 	if cfg.Cluster.Listen != "" {
-		if cl, err = openCluster(ctx, cfg, dataDir, log); err != nil {
+		if cl, err = startCluster(ctx, cfg, dataDir, opts.Version, log); err != nil {
 			healthReg.Close()
 			store.Close()
 			return nil, fmt.Errorf("gateway: %w", err)
@@ -159,7 +160,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		bo.Auth = bridge.Trusted(authn) // the bridges' in-process clients
 	}
 	if cl != nil {
-		bo.Cluster = cl.node
+		bo.Cluster = cl.Hooks()
 	}
 	bo.Logger = log.With("component", "broker")
 	bo.Store = store
@@ -167,7 +168,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	srv, err := broker.New(bo)
 	if err != nil {
 		if cl != nil {
-			cl.close()
+			cl.Close()
 		}
 		healthReg.Close()
 		store.Close()
@@ -196,7 +197,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 			g.health.Close()
 			srv.Close()
 			if g.cluster != nil {
-				g.cluster.close()
+				g.cluster.Close()
 			}
 			store.Close()
 		}
@@ -233,7 +234,17 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	}
 	if g.cluster != nil {
 		// The MQTT listeners open only once this node knows the others.
-		if err = g.cluster.attach(ctx, cfg, opts.Version, srv, g.health, log); err != nil {
+		if err = g.cluster.Bind(srv); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		select {
+		case <-g.cluster.Ready():
+		case <-ctx.Done():
+			return nil, fmt.Errorf("gateway: cluster: registry not ready: %w", ctx.Err())
+		}
+		// Polled from now on (the first answer at once): before Ready
+		// the gateway serves nothing, and its page says not ready.
+		if err = clusterChecks(g.cluster, g.health); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 	}
@@ -258,8 +269,8 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	go g.trimMemory()
 	g.driveLEDs()
 
-	// Ready: the store is restored (broker.New did it) and the listeners
-	// accept. A cluster will add its registry here, before the gate opens.
+	// Ready: the store is restored (broker.New did it), a cluster's
+	// registry is loaded, and the listeners accept.
 	if g.web != nil {
 		g.web.SetReady(true)
 	}
@@ -344,10 +355,12 @@ func (g *Gateway) hwOptions(o hw.Options) hw.Options {
 }
 
 // driveLEDs shows the overall health on the status LED and the message
-// rate on the traffic LED. The cluster LED stays off: standalone.
+// rate on the traffic LED, and on the cluster LED whether the cluster is
+// whole (on) or not (slow blink: etcd out of step, a gateway missing);
+// off when standalone.
 func (g *Gateway) driveLEDs() {
 	h := g.hw
-	h.Cluster.Set(led.Off) // standalone
+	h.Cluster.Set(led.Off) // until the first show, and for good when standalone
 	changes, unsubscribe := g.health.Subscribe(16)
 	show := func(s health.State) {
 		if g.cluster != nil {
@@ -458,15 +471,6 @@ func (g *Gateway) newWeb(tracker *web.Tracker, version string) (*web.Server, err
 			return out
 		},
 	})
-}
-
-// clusterStatus returns the cluster panel of the status page, or nil when
-// the gateway is standalone (the panel then says so).
-func (g *Gateway) clusterStatus() func() any {
-	if g.cluster == nil {
-		return nil
-	}
-	return func() any { return g.clusterPanel() }
 }
 
 // hwStatus is the hardware panel of the status page.
@@ -595,7 +599,7 @@ func (g *Gateway) stop(cause error) {
 		if g.cluster != nil {
 			// After the broker: its shutdown releases sessions and
 			// subscriptions through the registry.
-			if err := g.cluster.close(); err != nil {
+			if err := g.cluster.Close(); err != nil {
 				g.log.Warn("leaving the cluster", "err", err)
 			}
 		}

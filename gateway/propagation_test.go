@@ -70,7 +70,7 @@ func startTrio(tb testing.TB) [3]*Gateway {
 		// gone). The last one waits 5 s for a quorum to revoke its lease.
 		rest := slices.DeleteFunc(slices.Clone(gws[:]), func(g *Gateway) bool { return g == nil })
 		for len(rest) > 0 {
-			i := max(0, slices.IndexFunc(rest, func(g *Gateway) bool { return g.cluster.member.IsLeader() == (len(rest) == 3) }))
+			i := max(0, slices.IndexFunc(rest, func(g *Gateway) bool { return g.cluster.LeadsEtcd() == (len(rest) == 3) }))
 			rest[i].Close()
 			rest = slices.Delete(rest, i, i+1)
 		}
@@ -83,7 +83,7 @@ func startTrio(tb testing.TB) [3]*Gateway {
 	brokertest.Eventually(tb, 30*time.Second, "every node's streams to the others up", func() bool {
 		for i, g := range gws {
 			for j := range 3 {
-				if j != i && !g.cluster.mesh.Available(fmt.Sprint("n", j+1)) {
+				if j != i && !g.cluster.Hooks().Available(fmt.Sprint("n", j+1)) {
 					return false
 				}
 			}
@@ -197,7 +197,7 @@ func pct(s []time.Duration, q float64) time.Duration {
 func lagFigures(gws [3]*Gateway) (mean, largest time.Duration, n uint64) {
 	var sum time.Duration
 	for _, g := range gws {
-		st := g.cluster.reg.Stats()
+		st := g.cluster.Stats().Registry
 		sum += st.LagSum
 		n += st.LagCount
 		largest = max(largest, st.LagMax)

@@ -48,53 +48,79 @@ type Transport interface {
 	RetainedSnapshot(ctx context.Context, node string) ([]*broker.Message, error)
 }
 
-// Node is this gateway's part of the cluster. Make it with New, give it
-// the broker with Attach before starting the registry, and pass it as the
-// broker's Options.Cluster.
+// Node is the glue between this gateway's broker and the rest of the
+// line: it implements broker.Cluster over the registry and a Transport,
+// and hands the registry's events and what other nodes send to the broker
+// (broker.ClusterInbound). A Cluster makes one over gateway/peer's mesh;
+// tests make one over a transport of their own with NewNode.
 type Node struct {
-	self string
-	reg  *registry.Registry
-	tr   Transport
-	srv  *broker.Server
-	log  *slog.Logger
-
-	// Subscriptions the broker restored from its store before Attach:
-	// registered once the registry is there.
-	mu    sync.Mutex
-	early []earlySub
+	self    string
+	reg     *registry.Registry
+	tr      Transport
+	srv     broker.ClusterInbound // set once by bind, before anything reaches the node
+	log     *slog.Logger
+	onNodes func([]registry.Node) // told the registered nodes when they change
 }
 
-type earlySub struct {
-	client, filter string
-	qos            byte
+// NodeOptions configure a Node made with NewNode.
+type NodeOptions struct {
+	// Registry configures the node's registry; Node is the node's name,
+	// and OnEvent is the node's own.
+	Registry registry.Options
+	// Transport carries messages between nodes.
+	Transport Transport
+	// Logger receives the node's logs; nil discards them.
+	Logger *slog.Logger
 }
 
-// New returns the node named self. reg is created with OnEvent set to the
-// node's HandleEvent (see Options of package registry); tr carries the
-// messages.
-func New(self string, tr Transport, log *slog.Logger) *Node {
+// NewNode returns a node over o.Transport with its registry made but not
+// started: pass it as broker.Options.Cluster, then Bind it to the broker.
+func NewNode(o NodeOptions) (*Node, error) {
+	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Node{self: self, tr: tr, log: log}
+	n := &Node{self: o.Registry.Node, tr: o.Transport, log: log}
+	if err := n.init(o.Registry); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
-// SetTransport sets the transport, for one (such as gateway/peer's mesh)
-// that must be made after the node, since it hands what it receives to
-// the node. Call it before Attach.
-func (n *Node) SetTransport(tr Transport) { n.tr = tr }
-
-// Attach gives the node its registry and broker. It must be called before
-// the registry starts, since its events go to the broker.
-func (n *Node) Attach(reg *registry.Registry, srv *broker.Server) {
-	n.mu.Lock()
-	n.reg, n.srv = reg, srv
-	early := n.early
-	n.early = nil
-	n.mu.Unlock()
-	for _, e := range early {
-		n.Subscribed(e.client, e.filter, e.qos)
+// init makes the node's registry, its events going to the node. Writes
+// (the subscriptions the broker restores while it is made) queue until the
+// registry starts.
+func (n *Node) init(ro registry.Options) error {
+	ro.OnEvent = n.HandleEvent
+	reg, err := registry.New(ro)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
 	}
+	n.reg = reg
+	return nil
+}
+
+// Registry returns the node's registry.
+func (n *Node) Registry() *registry.Registry { return n.reg }
+
+// Bind gives the node the broker it serves and starts the registry; wait
+// on Registry().Ready before serving clients. Call it once.
+func (n *Node) Bind(srv broker.ClusterInbound) error {
+	if err := n.bind(srv); err != nil {
+		return err
+	}
+	if err := n.reg.Start(); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	return nil
+}
+
+func (n *Node) bind(srv broker.ClusterInbound) error {
+	if n.srv != nil {
+		return errors.New("cluster: already bound to a broker")
+	}
+	n.srv = srv
+	return nil
 }
 
 // Forward implements broker.Cluster.
@@ -112,15 +138,6 @@ func (n *Node) Available(node string) bool { return n.tr.Available(node) }
 // Subscribed implements broker.Cluster: a member of a share group or an
 // ordinary filter is registered; the SUBACK waits for the write.
 func (n *Node) Subscribed(clientID, filter string, qos byte) broker.Registration {
-	n.mu.Lock()
-	if n.reg == nil {
-		// The broker restores stored sessions while it is made, before
-		// the registry can be attached to it.
-		n.early = append(n.early, earlySub{clientID, filter, qos})
-		n.mu.Unlock()
-		return nil
-	}
-	n.mu.Unlock()
 	group, tf, shared, err := topic.ParseShare(filter)
 	switch {
 	case err != nil:
@@ -134,19 +151,6 @@ func (n *Node) Subscribed(clientID, filter string, qos byte) broker.Registration
 
 // Unsubscribed implements broker.Cluster.
 func (n *Node) Unsubscribed(clientID, filter string) broker.Registration {
-	n.mu.Lock()
-	if n.reg == nil {
-		// A restored session that ended while the broker was being made.
-		for i, e := range n.early {
-			if e.client == clientID && e.filter == filter {
-				n.early = append(n.early[:i], n.early[i+1:]...)
-				break
-			}
-		}
-		n.mu.Unlock()
-		return nil
-	}
-	n.mu.Unlock()
 	group, tf, shared, err := topic.ParseShare(filter)
 	switch {
 	case err != nil:
@@ -345,12 +349,7 @@ func (n *Node) HandOver(clientID string) []byte {
 
 // Release implements broker.Cluster.
 func (n *Node) Release(clientID string) {
-	n.mu.Lock()
 	reg := n.reg
-	n.mu.Unlock()
-	if reg == nil {
-		return // nothing was claimed before the registry was attached
-	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -364,13 +363,18 @@ func (n *Node) Release(clientID string) {
 // broker and the transport. It is the registry's OnEvent.
 func (n *Node) HandleEvent(ev registry.Event) {
 	if ev.Node == n.self {
+		if ev.Kind == registry.NodeJoined || ev.Kind == registry.NodeLeft {
+			n.nodesChanged()
+		}
 		return // the broker holds its own members and routes itself
 	}
 	switch ev.Kind {
 	case registry.NodeJoined, registry.NodeUpdated:
 		n.tr.SetPeer(ev.Node, ev.NodeInfo.Addr)
+		n.nodesChanged()
 	case registry.NodeLeft:
 		n.tr.SetPeer(ev.Node, "")
+		n.nodesChanged()
 	case registry.RouteAdded:
 		n.srv.SetRemoteRoute(ev.Node, ev.Filter, true)
 	case registry.RouteRemoved:
@@ -383,6 +387,13 @@ func (n *Node) HandleEvent(ev registry.Event) {
 		if ev.Prev.Node == n.self {
 			n.srv.Evict(ev.Client) // another node took the client over
 		}
+	}
+}
+
+// nodesChanged tells onNodes the registered nodes.
+func (n *Node) nodesChanged() {
+	if n.onNodes != nil {
+		n.onNodes(n.reg.Nodes())
 	}
 }
 

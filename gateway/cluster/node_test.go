@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -19,7 +18,6 @@ import (
 	"github.com/linemq/linemq/gateway/cluster"
 	"github.com/linemq/linemq/gateway/cluster/internal/etcdtest"
 	"github.com/linemq/linemq/gateway/cluster/registry"
-	"github.com/linemq/linemq/gateway/peer"
 	"github.com/linemq/linemq/storage/bolt"
 )
 
@@ -146,7 +144,14 @@ func startNodes(t *testing.T, n int) []*gw {
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprint("n", i)
 		tr := &memTransport{self: name, net: net, peers: map[string]bool{}, wg: &wg}
-		node := cluster.New(name, tr, nil)
+		node, err := cluster.NewNode(cluster.NodeOptions{
+			Registry:  registry.Options{Client: cli, Node: name, Prefix: prefix, Addr: "mem:" + name},
+			Transport: tr,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := node.Registry()
 		path := filepath.Join(t.TempDir(), "linemq.db")
 		s := brokertest.Start(t, broker.Options{Cluster: node}, func() (broker.Store, func() error) {
 			st, err := bolt.Open(path, nil)
@@ -158,12 +163,7 @@ func startNodes(t *testing.T, n int) []*gw {
 		net.mu.Lock()
 		net.all[name] = s.Server
 		net.mu.Unlock()
-		reg, err := registry.New(registry.Options{Client: cli, Node: name, Prefix: prefix, Addr: "mem:" + name, OnEvent: node.HandleEvent})
-		if err != nil {
-			t.Fatal(err)
-		}
-		node.Attach(reg, s.Server)
-		if err := reg.Start(); err != nil {
+		if err := node.Bind(s.Server); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { reg.Close() })
@@ -523,19 +523,19 @@ func TestSeedExampleOverGRPC(t *testing.T) {
 	}
 	members(t, gws[0], 5)
 	brokertest.Eventually(t, 15*time.Second, "node 1's streams to nodes 2 and 3 up", func() bool {
-		return meshes[0].Available("n2") && meshes[0].Available("n3")
+		return meshes[0].Hooks().Available("n2") && meshes[0].Hooks().Available("n3")
 	})
 	seedSequence(t, gws[0], clients)
 }
 
 // startGRPCNodes starts n gateways whose messages travel on gateway/peer's
 // gRPC streams.
-func startGRPCNodes(t *testing.T, n int) ([]*gw, []*peer.Mesh) {
+func startGRPCNodes(t *testing.T, n int) ([]*gw, []*cluster.Cluster) {
 	t.Helper()
 	cli := shared.Client(t)
 	prefix := etcdtest.Prefix(t)
 	var gws []*gw
-	var meshes []*peer.Mesh
+	var meshes []*cluster.Cluster
 	for i := 1; i <= n; i++ {
 		g, mesh := startGRPCNode(t, cli, prefix, fmt.Sprint("n", i))
 		gws, meshes = append(gws, g), append(meshes, mesh)
@@ -545,38 +545,26 @@ func startGRPCNodes(t *testing.T, n int) ([]*gw, []*peer.Mesh) {
 
 // startGRPCNode starts one gateway of a gRPC cluster, syncing its retained
 // messages as the gateway does.
-func startGRPCNode(t *testing.T, cli *clientv3.Client, prefix, name string) (*gw, *peer.Mesh) {
+func startGRPCNode(t *testing.T, cli *clientv3.Client, prefix, name string) (*gw, *cluster.Cluster) {
 	t.Helper()
-	node := cluster.New(name, nil, nil)
-	mesh, err := peer.New(peer.Options{Node: name, Cluster: "test", Handler: cluster.MeshHandler(node)})
+	c, err := cluster.Start(context.Background(), cluster.Options{
+		Node: name, Name: "test", Listen: "127.0.0.1:0",
+		Etcd: cluster.EtcdOptions{Client: cli, Prefix: prefix},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { mesh.Close() })
-	node.SetTransport(cluster.NewMesh(mesh))
-	s := brokertest.Start(t, broker.Options{Cluster: node}, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	t.Cleanup(func() { c.Close() })
+	s := brokertest.Start(t, broker.Options{Cluster: c.Hooks()}, nil)
+	if err := c.Bind(s.Server); err != nil {
 		t.Fatal(err)
 	}
-	reg, err := registry.New(registry.Options{Client: cli, Node: name, Prefix: prefix, Addr: ln.Addr().String(), OnEvent: node.HandleEvent})
-	if err != nil {
-		t.Fatal(err)
+	select {
+	case <-c.Ready():
+	case <-time.After(15 * time.Second):
+		t.Fatalf("%s: not ready", name)
 	}
-	node.Attach(reg, s.Server)
-	if err := mesh.Start(ln); err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Close() })
-	<-reg.Ready()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); node.SyncRetained(ctx, 50*time.Millisecond) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return &gw{Server: s, reg: reg}, mesh
+	return &gw{Server: s, reg: c.Registry()}, c
 }
 
 // retainedAt reads topic's retained message on g through a fresh
@@ -597,7 +585,7 @@ func TestRetainedAcrossNodes(t *testing.T) {
 	prefix := etcdtest.Prefix(t)
 	n1, _ := startGRPCNode(t, cli, prefix, "n1")
 	n2, m2 := startGRPCNode(t, cli, prefix, "n2")
-	brokertest.Eventually(t, 15*time.Second, "node 2's stream to node 1 up", func() bool { return m2.Available("n1") })
+	brokertest.Eventually(t, 15*time.Second, "node 2's stream to node 1 up", func() bool { return m2.Hooks().Available("n1") })
 	pub, _ := brokertest.Connect(t, n1.Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("pub"), CleanStart: true})
 	pub.Publish(&packet.Publish{Topic: []byte("line/1/recipe"), QoS: 1, PacketID: 1, Retain: true, Payload: []byte("r42")})
 	pub.Expect(packet.PUBACK, nil)
@@ -635,7 +623,7 @@ func TestSessionHandOverOverGRPC(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		publish(t, pub, uint16(i), "plain/x", fmt.Sprint(i))
 	}
-	brokertest.Eventually(t, 15*time.Second, "node 2's stream to node 1 up", func() bool { return meshes[1].Available("n1") })
+	brokertest.Eventually(t, 15*time.Second, "node 2's stream to node 1 up", func() bool { return meshes[1].Hooks().Available("n1") })
 	moved, ack := brokertest.Connect(t, gws[1].Addr, persistent("mover", false, 10))
 	if ack.Reason != packet.Success || !ack.SessionPresent {
 		t.Fatalf("resume on node 2: %v present %v", ack.Reason, ack.SessionPresent)
@@ -653,7 +641,7 @@ func TestSessionHandOverOverGRPC(t *testing.T) {
 		o, ok := gws[2].reg.SessionOwner("mover")
 		return ok && o.Node == "n2"
 	})
-	meshes[1].Close()
+	meshes[1].CloseMesh()
 	_, ack = brokertest.Connect(t, gws[2].Addr, persistent("mover", false, 10))
 	if ack.Reason != packet.ServerUnavailable {
 		t.Fatalf("resume while the owner is unreachable: CONNACK %v, want 0x88", ack.Reason)

@@ -272,6 +272,15 @@ type Cluster struct {
 	// TLS makes the node-to-node transport mutual TLS. Left out, the
 	// transport is plain TCP: keep it on a network of its own.
 	TLS ClusterTLS `yaml:"tls"`
+
+	// ExpectedNodes names the gateways of the line (node_id of each):
+	// one that is not registered is reported missing (health check,
+	// page, metrics, cluster LED). Gateways that ever registered, and the
+	// members of an embedded etcd, are known without it; list them here
+	// so that one never started, or one whose absence must survive a
+	// restart of every other gateway with an external etcd, is reported
+	// too.
+	ExpectedNodes []string `yaml:"expected_nodes"`
 }
 
 // Etcd is where a cluster's etcd is: external endpoints, or a member run

@@ -328,6 +328,17 @@ func (v *validator) cluster(c *Cluster) {
 			}
 		}
 	}
+	seen := map[string]bool{}
+	for i, n := range c.ExpectedNodes {
+		key := fmt.Sprintf("cluster.expected_nodes[%d]", i)
+		switch {
+		case n == "" || strings.ContainsAny(n, "/ "):
+			v.fail(key, fmt.Errorf("%q is not a node name (non-empty, without \"/\" or spaces)", n))
+		case seen[n]:
+			v.fail(key, fmt.Errorf("%q is listed twice", n))
+		}
+		seen[n] = true
+	}
 	for i, ep := range e.Endpoints {
 		if !strings.Contains(ep, "://") {
 			v.fail(fmt.Sprintf("cluster.etcd.endpoints[%d]", i), fmt.Errorf("%q is not a URL (http://host:2379)", ep))

@@ -15,6 +15,9 @@ import (
 type ClusterStats struct {
 	Registry RegistryStats
 	Peers    []PeerStats // one per other node of the cluster, by name
+	// Up and Missing count the gateways of the line that are registered
+	// now and those that belong to it but are not.
+	Up, Missing int
 }
 
 // RegistryStats are the registry's figures (registry.Stats).
@@ -91,6 +94,7 @@ type clusterCollector struct {
 
 	brokerScalars []scalar
 	regState      metric
+	nodes         metric
 	registry      []regScalar
 	peers         []peerScalar
 	deliveries    metric
@@ -115,6 +119,7 @@ func newClusterCollector(s *Server) *clusterCollector {
 	bs("retained_from_peers_total", "Retained messages and clears from other nodes kept here (later writes than this node's).", func(s *broker.Stats) float64 { return float64(s.RetainedFromPeers) })
 	bs("retained_stale_total", "Retained writes not kept because the topic held a later write from another node.", func(s *broker.Stats) float64 { return float64(s.RetainedStale) })
 
+	c.nodes = newMetric("cluster_nodes", "Gateways of the line by state: up (registered now) or missing (belongs to the line, not registered).", gauge, "state")
 	c.regState = newMetric("cluster_registry_state", "1 for the registry's current state (starting, healthy, degraded, closed), 0 for the others.", gauge, "state")
 	rs := func(name, help string, kind prometheus.ValueType, f func(*RegistryStats) float64) {
 		c.registry = append(c.registry, regScalar{newMetric("cluster_registry_"+name, help, kind), f})
@@ -172,6 +177,7 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- m.desc
 	}
 	ch <- c.regState.desc
+	ch <- c.nodes.desc
 	for _, m := range c.registry {
 		ch <- m.desc
 	}
@@ -195,6 +201,8 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	cs := c.s.opts.ClusterStats()
 	r := &cs.Registry
+	emit(c.nodes, float64(cs.Up), "up")
+	emit(c.nodes, float64(cs.Missing), "missing")
 	for _, st := range registryStates {
 		emit(c.regState, b2f(r.State == st), st)
 	}

@@ -22,6 +22,11 @@ type ClusterNode struct {
 	Address string `json:"address"` // its node-to-node transport
 	Version string `json:"version"`
 	Self    bool   `json:"self"`
+	// Missing: the node belongs to the line (it registered once, is an
+	// etcd member or is expected by the configuration) but is not
+	// registered now; MissingSince is since when.
+	Missing      bool       `json:"missing"`
+	MissingSince *time.Time `json:"missing_since,omitempty"`
 	// Health is "ok", "degraded" or "failed": this node's own health, or
 	// for another node whether deliveries can go to it ("degraded" when
 	// its stream is down or its breaker not closed); Reason says why.
@@ -60,6 +65,13 @@ type EtcdStatus struct {
 	// Healthy: every endpoint answered and they agree on a leader.
 	Healthy bool   `json:"healthy"`
 	Leader  string `json:"leader"` // the leader member's name ("" when none is known)
+	// Members and Up count every member and those that answered; Quorum
+	// is how many must be up; Margin says in words how many more
+	// failures the registry survives.
+	Members int    `json:"members"`
+	Up      int    `json:"up"`
+	Quorum  int    `json:"quorum"`
+	Margin  string `json:"margin"`
 	// Checked is when the figures were taken; zero before the first poll.
 	Checked   time.Time      `json:"checked"`
 	Error     string         `json:"error"` // why the poll failed as a whole (member list)
@@ -70,6 +82,7 @@ type EtcdStatus struct {
 type EtcdEndpoint struct {
 	Endpoint    string  `json:"endpoint"`
 	Member      string  `json:"member"` // the member's name
+	Up          bool    `json:"up"`     // it answered the last poll
 	Leader      bool    `json:"leader"` // this member is the leader
 	Version     string  `json:"version"`
 	DBSizeBytes int64   `json:"db_size_bytes"`

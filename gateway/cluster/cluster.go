@@ -1,0 +1,371 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/gateway/cluster/etcdembed"
+	"github.com/linemq/linemq/gateway/cluster/internal/zaplog"
+	"github.com/linemq/linemq/gateway/cluster/registry"
+	"github.com/linemq/linemq/gateway/peer"
+)
+
+// Options configure a Cluster: everything a gateway's part of a line needs,
+// in the terms of the cluster rather than of a configuration file. Node and
+// Listen are required, and either Etcd.Embed, Etcd.Endpoints or Etcd.Client.
+type Options struct {
+	// Node is this gateway's name, unique in the cluster.
+	Node string
+	// Name names the cluster (its etcd prefix is /linemq/<name>/).
+	// Default registry.DefaultCluster.
+	Name string
+	// Listen is the node-to-node transport's host:port, and Advertise the
+	// address other nodes dial (default: the address Listen got).
+	Listen, Advertise string
+	// MeshTLS makes the transport mutual TLS; nil is plain TCP.
+	MeshTLS *tls.Config
+	// Etcd is where the registry lives.
+	Etcd EtcdOptions
+	// ExpectedNodes are the gateways that belong to the line besides those
+	// etcd's member list names (embedded) and those ever registered: a
+	// node among them that is not registered is reported missing.
+	ExpectedNodes []string
+	// Version is this build's version, published in the registry.
+	Version string
+	// DataDir holds the embedded member's data, in DataDir/etcd.
+	DataDir string
+	// OnState is told when the registry's health changes: ok, or why
+	// not. Calls are serialised and must return quickly.
+	OnState func(ok bool, reason string)
+	// Logger receives the cluster's logs, etcd's included; nil discards
+	// them.
+	Logger *slog.Logger
+
+	// Timings for tests; zero values are the defaults.
+	Registry registry.Options // only TTL, watch and request timings are read
+	Mesh     peer.Options     // only the timings are read
+}
+
+// EtcdOptions say where the cluster's etcd is: a member run in this
+// process (Embed), external Endpoints, or a client the caller owns.
+type EtcdOptions struct {
+	Embed                                    bool
+	Name                                     string // the member's name; default the node's
+	PeerListen, ClientListen, InitialCluster string
+	Endpoints                                []string
+	TLS                                      *tls.Config // to external endpoints
+	// Client, when set, is used as it is (tests share one etcd); the
+	// Cluster does not close it. Prefix then overrides the key prefix.
+	Client *clientv3.Client
+	Prefix string
+}
+
+// Cluster is a gateway's part of a line: the etcd client (or an embedded
+// member), the registry, the node-to-node mesh and its listener, the glue
+// the broker calls, and the status of all of them. Make it with Start
+// before the broker (its Hooks go into broker.Options), Bind it to the
+// broker once that exists, and serve clients once Ready is closed.
+type Cluster struct {
+	opts   Options
+	log    *slog.Logger
+	member *etcdembed.Member // nil with external endpoints
+	cli    *clientv3.Client
+	ownCli bool
+	ln     net.Listener
+	mesh   *peer.Mesh
+	tr     *Mesh
+	node   *Node
+	etcd   *etcdStatus
+	nodes  *lineNodes
+
+	ready   chan struct{}
+	bound   chan struct{} // closed by Bind
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	closeMu sync.Once
+}
+
+// Start opens what must exist before the broker: the embedded etcd member
+// (if any) and the etcd client, the transport's listener, the mesh and the
+// registry (not started). Nothing is served to other nodes before Bind.
+// On an error everything opened is closed again.
+func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
+	if o.Node == "" || o.Listen == "" {
+		return nil, errors.New("cluster: a node name and a transport address are required")
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Cluster{opts: o, log: log, ready: make(chan struct{}), bound: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	endpoints := o.Etcd.Endpoints
+	if o.Etcd.Embed {
+		name := cmp.Or(o.Etcd.Name, o.Node)
+		c.member, err = etcdembed.Start(etcdembed.Options{
+			Name: name, Dir: filepath.Join(o.DataDir, etcdembed.DirName),
+			PeerListen: o.Etcd.PeerListen, ClientListen: o.Etcd.ClientListen,
+			InitialCluster: cmp.Or(o.Etcd.InitialCluster, name+"="+o.Etcd.PeerListen),
+			Logger:         log.With("component", "etcd"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("cluster.etcd: %w", err)
+		}
+		endpoints = c.member.ClientURLs()
+	}
+	if c.cli = o.Etcd.Client; c.cli == nil {
+		c.cli, err = clientv3.New(clientv3.Config{
+			Endpoints: endpoints, TLS: o.Etcd.TLS, DialTimeout: 5 * time.Second,
+			Logger: etcdLogger(log), Context: context.Background(),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("cluster.etcd: %w", err)
+		}
+		c.ownCli = true
+	}
+	var lc net.ListenConfig
+	if c.ln, err = lc.Listen(ctx, "tcp", o.Listen); err != nil {
+		return nil, fmt.Errorf("cluster.listen: %w", err)
+	}
+	n := &Node{self: o.Node, log: log.With("component", "cluster")}
+	mo := o.Mesh
+	mo.Node, mo.Cluster, mo.Handler, mo.TLS, mo.Logger = o.Node, cmp.Or(o.Name, registry.DefaultCluster), meshHandler{n}, o.MeshTLS, log.With("component", "peer")
+	if c.mesh, err = peer.New(mo); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c.tr = &Mesh{m: c.mesh}
+	n.tr = c.tr
+	ro := o.Registry
+	ro.Client, ro.Node, ro.Cluster, ro.Prefix = c.cli, o.Node, o.Name, o.Etcd.Prefix
+	ro.Addr, ro.Version = cmp.Or(o.Advertise, c.ln.Addr().String()), o.Version
+	ro.Logger = log.With("component", "registry")
+	ro.OnState = func(s registry.State, why error) {
+		if o.OnState == nil || s == registry.Closed {
+			return
+		}
+		if s == registry.Healthy {
+			o.OnState(true, "registry in step with etcd")
+			return
+		}
+		o.OnState(false, fmt.Sprintf("registry %v: %v", s, why))
+	}
+	if err := n.init(ro); err != nil {
+		return nil, err
+	}
+	c.node = n
+	c.nodes = newLineNodes(o.Node, o.ExpectedNodes)
+	n.onNodes = c.nodes.update
+	return c, nil
+}
+
+// Hooks is the cluster as the broker calls it: pass it as
+// broker.Options.Cluster.
+func (c *Cluster) Hooks() broker.Cluster { return c.node }
+
+// Addr is the transport's listening address.
+func (c *Cluster) Addr() net.Addr { return c.ln.Addr() }
+
+// Bind hands the cluster the broker it serves, and starts the mesh, the
+// registry and the status poller. Ready is closed once this node knows the
+// others and has settled the sessions the broker restored; the rest runs
+// until Close. Call it once.
+func (c *Cluster) Bind(srv broker.ClusterInbound) error {
+	if err := c.node.bind(srv); err != nil {
+		return err
+	}
+	close(c.bound)
+	if err := c.mesh.Start(c.ln); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	if err := c.node.reg.Start(); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	prefix := cmp.Or(c.opts.Etcd.Prefix, registry.DefaultPrefix(cmp.Or(c.opts.Name, registry.DefaultCluster)))
+	c.etcd = startEtcdStatus(c.cli, prefix, c.member != nil, c.nodes)
+	c.log.Info("waiting for the cluster registry", "node", c.opts.Node, "cluster", cmp.Or(c.opts.Name, registry.DefaultCluster), "transport", c.ln.Addr().String())
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stop = cancel
+	c.wg.Go(func() {
+		select {
+		case <-c.node.reg.Ready():
+		case <-ctx.Done():
+			return
+		}
+		c.node.Reconcile(ctx)
+		// This gateway belongs to the line from now on, also when it is
+		// down: the others list it as missing until it is forgotten.
+		mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := markInLine(mctx, c.cli, prefix, c.opts.Node); err != nil {
+			c.log.Warn("recording this gateway in the line", "err", err)
+		}
+		cancel()
+		close(c.ready)
+		c.node.SyncRetained(ctx, time.Second)
+	})
+	return nil
+}
+
+// Ready is closed once the registry's copy is loaded, this node is
+// registered and its restored sessions are settled: only then may the
+// MQTT listeners serve, so that a client never meets a node that does not
+// know the others.
+func (c *Cluster) Ready() <-chan struct{} { return c.ready }
+
+// Close leaves the cluster: the registry revokes this node's lease (its
+// keys vanish at once for the others), the mesh and the listener close,
+// then the etcd client and the embedded member, each step bounded so that
+// a line stopping together still stops within a few seconds. Call it after
+// the broker's shutdown, which releases sessions through the registry. It
+// is safe to call more than once.
+func (c *Cluster) Close() error {
+	var errs []error
+	c.closeMu.Do(func() {
+		if c.stop != nil {
+			c.stop()
+		}
+		c.wg.Wait()
+		if c.etcd != nil {
+			c.etcd.close()
+		}
+		if c.node != nil && c.node.reg != nil {
+			errs = append(errs, c.node.reg.Close())
+		}
+		if c.mesh != nil {
+			errs = append(errs, c.mesh.Close())
+		}
+		if c.ln != nil {
+			c.ln.Close()
+		}
+		if c.ownCli && c.cli != nil {
+			errs = append(errs, c.cli.Close())
+		}
+		if c.member != nil {
+			c.member.Close()
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// CheckPeers is the cluster_peers health check: degraded while another
+// registered node cannot take deliveries, naming each and why.
+func (c *Cluster) CheckPeers(context.Context) error {
+	var down []string
+	for _, p := range c.mesh.Stats() {
+		if p.Available {
+			continue
+		}
+		why := "no stream yet"
+		switch {
+		case p.Connected:
+			why = "breaker " + p.Breaker.String()
+		case p.LastError != "":
+			why = p.LastError
+		}
+		down = append(down, p.Node+": "+why)
+	}
+	if len(down) > 0 {
+		return fmt.Errorf("cannot reach %s", strings.Join(down, "; "))
+	}
+	return nil
+}
+
+// Check is the cluster health check: failing-soft (an error) while the
+// registry is not in step with etcd, or while a gateway of the line is
+// missing, naming it and since when.
+func (c *Cluster) Check(context.Context) error {
+	if st, why := c.node.reg.State(); st != registry.Healthy {
+		if why != nil {
+			return fmt.Errorf("registry %v: %v", st, why)
+		}
+		return fmt.Errorf("registry %v", st)
+	}
+	var missing []string
+	for _, n := range c.Missing() {
+		missing = append(missing, fmt.Sprintf("%s missing since %s (%s)", n.Name,
+			n.Since.UTC().Format(time.RFC3339), time.Since(n.Since).Round(time.Second)))
+	}
+	if len(missing) > 0 {
+		return errors.New(strings.Join(missing, "; "))
+	}
+	return nil
+}
+
+// Missing returns the gateways of the line that are not registered now,
+// with the time each was last seen (or first expected), by name.
+func (c *Cluster) Missing() []NodeStatus {
+	var out []NodeStatus
+	for _, n := range c.nodes.list() {
+		if n.Missing {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// PeerStats are the figures of this node's stream to another node.
+type PeerStats = peer.PeerStats
+
+// Stats are the cluster's figures for the status page and /metrics.
+type Stats struct {
+	Node     string           `json:"node"`
+	Cluster  string           `json:"cluster"`
+	Registry registry.Stats   `json:"registry"`
+	Reason   string           `json:"reason"` // why the registry is degraded
+	Peers    []peer.PeerStats `json:"peers"`
+	Nodes    []NodeStatus     `json:"nodes"` // every gateway of the line, missing ones included
+	Known    []registry.Node  `json:"registered"`
+	Etcd     EtcdStatus       `json:"etcd"`
+}
+
+// Stats returns the registry's, the mesh's and etcd's figures, all from
+// memory (etcd's are polled in the background).
+func (c *Cluster) Stats() Stats {
+	st := Stats{Node: c.opts.Node, Cluster: cmp.Or(c.opts.Name, registry.DefaultCluster)}
+	st.Registry = c.node.reg.Stats()
+	if _, why := c.node.reg.State(); why != nil {
+		st.Reason = why.Error()
+	}
+	st.Peers = c.mesh.Stats()
+	st.Known = c.node.reg.Nodes()
+	st.Nodes = c.nodes.list()
+	if c.etcd != nil {
+		st.Etcd = c.etcd.get()
+	}
+	return st
+}
+
+// Registry returns the cluster's registry, for reading its views.
+func (c *Cluster) Registry() *registry.Registry { return c.node.reg }
+
+// LeadsEtcd reports whether this gateway's embedded etcd member is the
+// etcd leader (false with external etcd).
+func (c *Cluster) LeadsEtcd() bool { return c.member != nil && c.member.IsLeader() }
+
+// Deliveries returns the outcome counts of the directed deliveries to
+// node.
+func (c *Cluster) Deliveries(node string) *DeliveryCounts { return c.tr.counts.of(node) }
+
+// etcdLogger sends the etcd client's warnings and errors to log (they
+// used to be discarded): a client that cannot reach any endpoint says so.
+// Its informational chatter stays out.
+func etcdLogger(log *slog.Logger) *zap.Logger {
+	return zaplog.New(log, "etcd-client").WithOptions(zap.IncreaseLevel(zapcore.WarnLevel))
+}
