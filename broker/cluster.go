@@ -343,6 +343,11 @@ type remoteWait struct {
 	pending int
 	refused bool        // a delivery found no taker after a full pass
 	p       *pendingAck // the acknowledgement, once queued and waiting
+	// settling: the message is a departed member's, being placed again
+	// (settle); a pass with no taker is tried again later, not counted
+	// dropped, and onDone is told the outcome.
+	settling bool
+	onDone   func(refused bool)
 }
 
 func (w *remoteWait) add() {
@@ -362,10 +367,32 @@ func (w *remoteWait) finish(refused bool) {
 		p, w.p = w.p, nil
 		w.refuseLocked(p)
 	}
+	var done func(bool)
+	if w.pending == 0 && w.onDone != nil {
+		done, w.onDone = w.onDone, nil
+	}
+	refused = w.refused
 	w.mu.Unlock()
 	if p != nil {
 		p.unblock()
 	}
+	if done != nil {
+		done(refused)
+	}
+}
+
+// whenDone calls f with the outcome once no delivery is unanswered: at
+// once if none is.
+func (w *remoteWait) whenDone(f func(refused bool)) {
+	w.mu.Lock()
+	if w.pending > 0 {
+		w.onDone = f
+		w.mu.Unlock()
+		return
+	}
+	refused := w.refused
+	w.mu.Unlock()
+	f(refused)
 }
 
 // hold makes p wait for the deliveries still unanswered; it reports false
@@ -416,7 +443,9 @@ func (g *shareGroup) repick(m *Message, w *remoteWait, tried []string) {
 		g.mu.Lock()
 		if g.ended {
 			g.mu.Unlock()
-			g.discarded.Add(1)
+			if !w.settling {
+				g.discarded.Add(1)
+			}
 			w.finish(true)
 			return
 		}
@@ -425,7 +454,9 @@ func (g *shareGroup) repick(m *Message, w *remoteWait, tried []string) {
 		g.exclude = nil
 		g.mu.Unlock()
 		if !ok {
-			g.dropped.Add(1)
+			if !w.settling {
+				g.dropped.Add(1)
+			}
 			w.finish(true)
 			return
 		}

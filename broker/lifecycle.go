@@ -164,7 +164,7 @@ func (srv *Server) detach(c *conn, reason packet.ReasonCode) {
 	sess.saveLocked()
 	sess.mu.Unlock()
 
-	srv.redispatch(early)
+	srv.settle(sess, early, nil)
 	if w != nil {
 		srv.publishWill(w, now)
 	}
@@ -235,22 +235,23 @@ func (srv *Server) endSession(sess *session) {
 	sess.subs = make(map[string]*subscription)
 	sess.mu.Unlock()
 
+	var left []delivery
 	for _, sub := range subs {
-		srv.removeSubscription(sub)
+		left = append(left, srv.leave(sub)...)
 		if cl := srv.opts.Cluster; cl != nil {
 			cl.Unsubscribed(sess.id, sub.filter)
 		}
 	}
 	// Whatever share-group messages are left (their group may have been
-	// left above) go to the remaining members of their groups.
+	// left above) go to the remaining members of their groups; the
+	// session's records go once each has (settle).
 	sess.mu.Lock()
-	left := sess.takeUndelivered(nil)
+	left = append(left, sess.takeUndelivered(nil)...)
 	sess.queue.reset()
 	clear(sess.inflight)
 	sess.releaseWaitersLocked(true)
 	sess.mu.Unlock()
-	srv.redispatch(left)
-	srv.deleteStored(sess)
+	srv.settle(sess, left, func() { srv.deleteStored(sess) })
 	if w != nil {
 		srv.publishWill(w, srv.clock.Now())
 	}

@@ -24,6 +24,9 @@ type Server struct {
 	log    *slog.Logger
 	clock  Clock
 	closed atomic.Bool
+	// stopping is closed when Shutdown starts: background work (settling
+	// a departed member's messages) gives up then.
+	stopping chan struct{}
 
 	mu        sync.Mutex // guards sessions, listeners and conns
 	sessions  map[string]*session
@@ -68,6 +71,7 @@ func New(opts Options) (*Server, error) {
 	}
 	o := opts.withDefaults()
 	s := &Server{
+		stopping:  make(chan struct{}),
 		opts:      o,
 		log:       o.Logger,
 		clock:     o.Clock,
@@ -219,6 +223,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return ErrServerClosed
 	}
+	close(s.stopping)
 	s.mu.Lock()
 	for l := range s.listeners {
 		l.Close()

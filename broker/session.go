@@ -539,8 +539,8 @@ func (s *session) resumeLocked() {
 }
 
 // takeUndelivered removes and returns the messages a departing member of
-// group g still holds: everything queued for g, and QoS 1 messages in
-// flight for g. QoS 2 messages in flight stay with the member
+// group g (any group when g is nil) still holds: everything queued for g,
+// and QoS 1 messages in flight for g, for settle. QoS 2 messages in flight stay with the member
 // [MQTT-4.8.2-5]; the spec binds them to it.
 func (s *session) takeUndelivered(g *shareGroup) []delivery {
 	var out []delivery
@@ -561,9 +561,7 @@ func (s *session) takeUndelivered(g *shareGroup) []delivery {
 		}
 	}
 	slices.SortFunc(out, func(a, b delivery) int { return cmp.Compare(a.seq, b.seq) })
-	for i := range out {
-		s.forgetMsgLocked(&out[i])
-	}
+	// Their stored records stay until another member has each (settle).
 	s.releaseWaitersLocked(false)
 	return out
 }

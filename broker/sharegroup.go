@@ -179,6 +179,17 @@ func newShareGroup(srv *Server, key groupKey, opts *ShareOptions) *shareGroup {
 // acknowledgement, and the group counts it as dropped.
 func (g *shareGroup) dispatch(m *Message, r *router) bool {
 	g.in.Add(1)
+	if g.place(m, r) {
+		return true
+	}
+	g.dropped.Add(1)
+	r.refused = true
+	return false
+}
+
+// place hands m to one member of the group, or reports false when no
+// member can take it now.
+func (g *shareGroup) place(m *Message, r *router) bool {
 	// A member can end between the pick and the delivery (its session
 	// expiring, its connection dying): then pick again. Its verdict is Skip
 	// from then on, so this ends within one try per member.
@@ -190,8 +201,10 @@ func (g *shareGroup) dispatch(m *Message, r *router) bool {
 			if !ended {
 				break
 			}
-			g.discarded.Add(1)
-			g.srv.stats.groupDiscarded.Add(1) // the group is gone: count it where it stays visible
+			if r.remote == nil || !r.remote.settling {
+				g.discarded.Add(1)
+				g.srv.stats.groupDiscarded.Add(1) // the group is gone: count it where it stays visible
+			}
 			return false
 		}
 		g.qos = m.QoS
@@ -226,8 +239,6 @@ func (g *shareGroup) dispatch(m *Message, r *router) bool {
 		r.touch(res.conn)
 		return true
 	}
-	g.dropped.Add(1)
-	r.refused = true
 	return false
 }
 
@@ -279,23 +290,6 @@ func (srv *Server) leaveGroup(sub *subscription) {
 		delete(srv.groups, g.key)
 		srv.shares.Remove(g.key.filter, g)
 	}
-}
-
-// redispatch hands messages a departed member held to the other members of
-// their groups. A group that has ended discards them (counted).
-func (srv *Server) redispatch(ds []delivery) {
-	if len(ds) == 0 {
-		return
-	}
-	var r router
-	for _, d := range ds {
-		if d.group == nil {
-			continue
-		}
-		d.group.redispatched.Add(1)
-		d.group.dispatch(d.msg, &r)
-	}
-	r.flush()
 }
 
 // shareKey is what the hash strategies hash for m.

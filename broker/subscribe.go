@@ -331,13 +331,18 @@ func (srv *Server) subscribe(sub *subscription, shared bool, arrived int64) (exi
 // group hands the messages the session still holds for it to the other
 // members (QoS 2 in flight excepted).
 func (srv *Server) removeSubscription(sub *subscription) {
+	srv.settle(sub.sess, srv.leave(sub), nil)
+}
+
+// leave takes sub out of the index or its group, and returns the
+// messages the session held for the group it left, for settle.
+func (srv *Server) leave(sub *subscription) []delivery {
 	if sub.group == nil {
 		srv.subs.Remove(sub.topicFilter, sub)
-		return
+		return nil
 	}
 	srv.leaveGroup(sub)
 	sub.sess.mu.Lock()
-	left := sub.sess.takeUndelivered(sub.group)
-	sub.sess.mu.Unlock()
-	srv.redispatch(left)
+	defer sub.sess.mu.Unlock()
+	return sub.sess.takeUndelivered(sub.group)
 }

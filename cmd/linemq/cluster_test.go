@@ -404,3 +404,97 @@ func logPassOver(t *testing.T, fault string, at time.Time, before []time.Duratio
 	t.Logf("pass-over after %s: fault to the 3rd PUBACK after it %s; longest wait of a publish %s (median before the fault %s); %d publishes waited > 100 ms, the last acknowledged %s after the fault",
 		fault, ms(ackAt[2].Sub(at)), ms(longest), ms(before[len(before)/2]), slow, ms(lastSlow))
 }
+
+// TestClusterRestartedNodeSettlesQueue is issue 21's first recipe: a
+// restarted node that lets go of a session another node owns now must hand
+// the share-group messages queued there to the group once it can reach the
+// others, not drop them. Members stA on node 1 and stB on node 3; stB goes
+// offline and 20 publishes on node 1 are acknowledged, half of them queued
+// for stB on node 3; node 3 is killed; stB resumes on node 1 once node 3's
+// lease has expired (Session Present 0) and subscribes again; node 3 is
+// restarted on its data. Every acknowledged message must reach stA or stB.
+func TestClusterRestartedNodeSettlesQueue(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes and an etcd quorum")
+	}
+	c := startCluster3(t)
+	got := &crashTracker{seen: map[uint64]int{}}
+	stA := startWorker(t, c.addrs[0], "stA", true, got)
+	stB := startWorker(t, c.addrs[2], "stB", true, got)
+	pub, _, err := dialMQTT(c.addrs[0], "pub", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.nc.Close()
+	var pid uint16
+	publish := func(payload uint64) packet.ReasonCode {
+		pid++
+		pub.write((&packet.Publish{Topic: []byte("cl/x"), QoS: 1, PacketID: pid, Payload: []byte(strconv.FormatUint(payload, 10))}).Append(nil, packet.V5))
+		h, body, err := pub.read(10 * time.Second)
+		if err != nil || h.Type != packet.PUBACK {
+			t.Fatalf("no PUBACK: %v", err)
+		}
+		var a packet.Ack
+		a.Decode(packet.V5, h.Type, body)
+		return a.Reason
+	}
+	// Node 1 routes to both members (probes are not counted as acknowledged).
+	probe := uint64(9e12)
+	if !waitFor(30*time.Second, func() bool {
+		probe++
+		publish(probe)
+		return stA.n.Load() > 0 && stB.n.Load() > 0
+	}) {
+		t.Fatal("node 1 never routed to the member on node 3")
+	}
+	stB.conn.nc.Close() // offline; its session (expiry 3600) stays on node 3
+	<-stB.done
+	var acked []uint64
+	for seq := uint64(1); seq <= 20; seq++ {
+		if rc := publish(seq); rc == packet.Success {
+			acked = append(acked, seq)
+		}
+	}
+	if len(acked) != 20 {
+		t.Fatalf("%d of 20 publishes acknowledged", len(acked))
+	}
+	queued := 20 - int(stA.n.Load()-int64(countBelow(got, 9e12+1, probe+1)))
+	t.Logf("acknowledged 20; stA has received %d of them, so about %d are queued for stB on node 3", 20-queued, queued)
+
+	c.ds[2].cmd.Process.Kill()
+	// stB resumes on node 1 once node 3's lease has gone (0x88 until then).
+	var resumed *worker
+	if !waitFor(30*time.Second, func() bool {
+		probe, _, err := dialMQTT(c.addrs[0], "stB", false)
+		if err != nil {
+			time.Sleep(200 * time.Millisecond)
+			return false
+		}
+		probe.nc.Close()
+		return true
+	}) {
+		t.Fatal("stB could not resume on node 1")
+	}
+	resumed = startWorker(t, c.addrs[0], "stB", true, got)
+	defer resumed.conn.nc.Close()
+	c.restart(2)
+	if !waitFor(30*time.Second, func() bool { m, _ := got.missing(acked); return m == 0 }) {
+		m, _ := got.missing(acked)
+		t.Fatalf("%d of 20 acknowledged messages never delivered to any member", m)
+	}
+	_, dups := got.missing(acked)
+	t.Logf("all 20 acknowledged messages delivered; %d duplicates", dups)
+}
+
+// countBelow counts the distinct payloads in [lo, hi) that t has seen.
+func countBelow(t *crashTracker, lo, hi uint64) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for s := range t.seen {
+		if s >= lo && s < hi {
+			n++
+		}
+	}
+	return n
+}
