@@ -60,6 +60,13 @@ type Node struct {
 	srv     broker.ClusterInbound // set once by bind, before anything reaches the node
 	log     *slog.Logger
 	onNodes func([]registry.Node) // told the registered nodes when they change
+
+	// claimed is the revision of this node's latest ownership record of
+	// each client it claimed: a claim by another node with a later
+	// revision means this node lost the client, whatever the record
+	// names as its predecessor (see HandleEvent).
+	claimMu sync.Mutex
+	claimed map[string]int64
 }
 
 // NodeOptions configure a Node made with NewNode.
@@ -80,7 +87,7 @@ func NewNode(o NodeOptions) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{self: o.Registry.Node, tr: o.Transport, log: log}
+	n := &Node{self: o.Registry.Node, tr: o.Transport, log: log, claimed: map[string]int64{}}
 	if err := n.init(o.Registry); err != nil {
 		return nil, err
 	}
@@ -197,7 +204,10 @@ func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool) erro
 			adopted = true
 		}
 	}
-	_, err := n.reg.ClaimSession(ctx, clientID)
+	claim, err := n.reg.ClaimSession(ctx, clientID)
+	if err == nil {
+		n.setClaimed(clientID, claim.Revision)
+	}
 	if err != nil && adopted && ctx.Err() == nil {
 		// Another node claimed the client meanwhile: the state stays with
 		// the node that handed it over, which gives it again to whoever
@@ -210,6 +220,11 @@ func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool) erro
 		// owner. Refusing would stop every reconnect for as long as etcd
 		// is away; the claim is made again at the client's next connect.
 		n.log.Warn("session claimed from the local copy: etcd did not answer", "client", clientID, "err", err)
+		n.claimMu.Lock()
+		if _, ok := n.claimed[clientID]; !ok {
+			n.claimed[clientID] = 0 // any claim elsewhere is later than this one
+		}
+		n.claimMu.Unlock()
 		return nil
 	}
 	return err
@@ -240,9 +255,12 @@ func (n *Node) Reconcile(ctx context.Context) {
 			wg.Add(1)
 			go func(id string) {
 				defer func() { <-sem; wg.Done() }()
-				if _, err := n.reg.ClaimSession(ctx, id); err != nil {
+				claim, err := n.reg.ClaimSession(ctx, id)
+				if err != nil {
 					n.log.Warn("claiming a restored session", "client", id, "err", err)
+					return
 				}
+				n.setClaimed(id, claim.Revision)
 			}(c.ClientID)
 		}
 	}
@@ -349,6 +367,9 @@ func (n *Node) HandOver(clientID string) []byte {
 
 // Release implements broker.Cluster.
 func (n *Node) Release(clientID string) {
+	n.claimMu.Lock()
+	delete(n.claimed, clientID)
+	n.claimMu.Unlock()
 	reg := n.reg
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -384,10 +405,41 @@ func (n *Node) HandleEvent(ev registry.Event) {
 	case registry.MemberLeft:
 		n.srv.SetRemoteMember(remoteMember(ev), false)
 	case registry.SessionOwned:
-		if ev.Prev.Node == n.self {
+		if n.lost(ev) {
 			n.srv.Evict(ev.Client) // another node took the client over
 		}
 	}
+}
+
+// setClaimed records this node's latest ownership record of client.
+func (n *Node) setClaimed(client string, rev int64) {
+	n.claimMu.Lock()
+	if rev > n.claimed[client] {
+		n.claimed[client] = rev
+	}
+	n.claimMu.Unlock()
+}
+
+// lost reports whether a SessionOwned event by another node means this
+// node no longer owns the client: the new record is later than this
+// node's own claim. Its predecessor alone does not tell: when this node's
+// record went with its lease (it was cut off from etcd for longer than the
+// TTL) and another node claimed the client afterwards, the new record
+// names no predecessor, yet this node may still have the client connected.
+// A claim older than this node's own is one this node took over from.
+func (n *Node) lost(ev registry.Event) bool {
+	n.claimMu.Lock()
+	defer n.claimMu.Unlock()
+	if ev.Owner.Node == n.self {
+		n.claimed[ev.Client] = max(n.claimed[ev.Client], ev.Owner.Revision)
+		return false
+	}
+	mine, ok := n.claimed[ev.Client]
+	if ev.Prev.Node == n.self || (ok && ev.Owner.Revision > mine) {
+		delete(n.claimed, ev.Client)
+		return true
+	}
+	return false
 }
 
 // nodesChanged tells onNodes the registered nodes.

@@ -135,6 +135,13 @@ type gw struct {
 // startNodes starts n gateways n1..nN sharing the test's etcd prefix.
 func startNodes(t *testing.T, n int) []*gw {
 	t.Helper()
+	return startNodesWith(t, n, nil)
+}
+
+// startNodesWith starts n gateways as startNodes does, letting set change
+// each node's registry options (its etcd client, its timings) first.
+func startNodesWith(t *testing.T, n int, set func(i int, o *registry.Options)) []*gw {
+	t.Helper()
 	cli := shared.Client(t)
 	prefix := etcdtest.Prefix(t)
 	net := &memNet{all: map[string]*broker.Server{}}
@@ -144,10 +151,11 @@ func startNodes(t *testing.T, n int) []*gw {
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprint("n", i)
 		tr := &memTransport{self: name, net: net, peers: map[string]bool{}, wg: &wg}
-		node, err := cluster.NewNode(cluster.NodeOptions{
-			Registry:  registry.Options{Client: cli, Node: name, Prefix: prefix, Addr: "mem:" + name},
-			Transport: tr,
-		})
+		ro := registry.Options{Client: cli, Node: name, Prefix: prefix, Addr: "mem:" + name}
+		if set != nil {
+			set(i, &ro)
+		}
+		node, err := cluster.NewNode(cluster.NodeOptions{Registry: ro, Transport: tr})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -676,4 +684,38 @@ func seedSequence(t *testing.T, g *gw, clients map[string]*brokertest.Client) {
 	if fmt.Sprint(got) != "[A B C D E A B C D E]" {
 		t.Fatalf("deliveries %v, want A B C D E A B C D E", got)
 	}
+}
+
+// TestSessionLostWhileCutOff is issue 21's second recipe: a node cut off
+// from etcd for longer than its lease keeps its client connected; the same
+// client id then connects to another node. Once the cut-off node is back
+// in step it must close its connection (0x8E): its copy replays the
+// deletion of its own record and then the other node's claim, which names
+// no predecessor, so "the claim took it from me" is not how it learns.
+func TestSessionLostWhileCutOff(t *testing.T) {
+	cli3, proxy := shared.ProxiedClient(t)
+	gws := startNodesWith(t, 3, func(i int, o *registry.Options) {
+		o.TTL = 2 * time.Second
+		o.WatchCheck, o.WatchTimeout, o.RequestTimeout = 100*time.Millisecond, time.Second, time.Second
+		if i == 3 {
+			o.Client = cli3
+		}
+	})
+	on3, _ := brokertest.Connect(t, gws[2].Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("dual"), CleanStart: true})
+	brokertest.Eventually(t, 10*time.Second, "node 3 owns dual", func() bool {
+		o, ok := gws[0].reg.SessionOwner("dual")
+		return ok && o.Node == "n3"
+	})
+	proxy.Cut()
+	brokertest.Eventually(t, 20*time.Second, "node 3's lease expired", func() bool {
+		_, ok := gws[0].reg.SessionOwner("dual")
+		return !ok
+	})
+	on1, _ := brokertest.Connect(t, gws[0].Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("dual"), CleanStart: true})
+	defer on1.Conn.Close()
+	healed := time.Now()
+	proxy.Resume()
+	on3.ExpectDisconnect(packet.SessionTakenOver)
+	t.Logf("node 3 closed its connection %v after the heal", time.Since(healed).Round(time.Millisecond))
+	on1.ExpectNothing(500 * time.Millisecond)
 }
