@@ -87,7 +87,7 @@ func NewNode(o NodeOptions) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{self: o.Registry.Node, tr: o.Transport, log: log, claimed: map[string]int64{}}
+	n := &Node{self: o.Registry.Node, tr: o.Transport, log: log}
 	if err := n.init(o.Registry); err != nil {
 		return nil, err
 	}
@@ -98,6 +98,7 @@ func NewNode(o NodeOptions) (*Node, error) {
 // (the subscriptions the broker restores while it is made) queue until the
 // registry starts.
 func (n *Node) init(ro registry.Options) error {
+	n.claimed = map[string]int64{}
 	ro.OnEvent = n.HandleEvent
 	reg, err := registry.New(ro)
 	if err != nil {
