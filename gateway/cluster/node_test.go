@@ -719,3 +719,59 @@ func TestSessionLostWhileCutOff(t *testing.T) {
 	t.Logf("node 3 closed its connection %v after the heal", time.Since(healed).Round(time.Millisecond))
 	on1.ExpectNothing(500 * time.Millisecond)
 }
+
+// TestMemberLeavesMidStream is issue 21's fourth recipe: while a member on
+// one node unsubscribes, a publisher on another node keeps publishing at
+// QoS 1. Other members exist and no queue is full, so every publish must
+// be acknowledged 0x00: a "not here" answer re-picks within the pass, and
+// 0x97 keeps its documented meaning (full queues).
+func TestMemberLeavesMidStream(t *testing.T) {
+	gws, _ := startGRPCNodes(t, 3)
+	var readers sync.WaitGroup
+	var got sync.Map
+	for i, id := range []string{"w1", "w2", "w3"} {
+		c := subscribe(t, gws[i], id, "$share/g/t/#")
+		readers.Go(func() {
+			for {
+				h, body, err := c.Read(5 * time.Second)
+				if err != nil || h.Type != packet.PUBLISH {
+					return
+				}
+				var p packet.Publish
+				if p.Decode(packet.V5, h.Flags, body) == nil {
+					got.Store(string(p.Payload), id)
+					c.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+				}
+			}
+		})
+	}
+	for _, g := range gws {
+		members(t, g, 3)
+	}
+	pub, _ := brokertest.Connect(t, gws[0].Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("pub"), CleanStart: true})
+	refused := 0
+	for round := range 5 {
+		w2 := subscribe(t, gws[1], fmt.Sprint("leaver", round), "$share/g/t/#")
+		for _, g := range gws {
+			members(t, g, 4)
+		}
+		for n := range 60 {
+			if n == 20 {
+				w2.Send((&packet.Unsubscribe{PacketID: 7, Filters: [][]byte{[]byte("$share/g/t/#")}}).Append(nil, packet.V5))
+			}
+			pub.Publish(&packet.Publish{Topic: []byte("t/x"), QoS: 1, PacketID: uint16(n + 1), Payload: fmt.Appendf(nil, "%d-%d", round, n)})
+			var a packet.Ack
+			pub.Expect(packet.PUBACK, &a)
+			if a.Reason != packet.Success {
+				refused++
+			}
+		}
+		w2.Conn.Close()
+		for _, g := range gws {
+			members(t, g, 3)
+		}
+	}
+	if refused > 0 {
+		t.Errorf("%d of 300 publishes refused while a member left, with two members always there", refused)
+	}
+}
