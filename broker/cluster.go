@@ -336,6 +336,26 @@ func (srv *Server) DeliverFrom(to RemoteMember, m *Message, done func(accepted b
 	go func() { done(srv.syncStore() == nil) }()
 }
 
+// ErrMaybeDelivered wraps a directed delivery's error when the other node
+// may have delivered the message all the same (no answer in time, the
+// stream broken before the answer): the copy picked for another member is
+// then sent with DUP. A Cluster wraps its transport's errors with it.
+var ErrMaybeDelivered = errors.New("broker: the other node may have delivered it")
+
+// maybeDelivered returns m, or when an earlier copy may have reached a
+// member (maybe), a copy marked to be sent with DUP everywhere. The copy
+// leaves the original, which other subscribers may be sending, untouched.
+func (srv *Server) maybeDelivered(m *Message, maybe bool) *Message {
+	if !maybe || m.redelivery {
+		return m
+	}
+	srv.stats.maybeDelivered.Add(1)
+	c := m.Clone()
+	c.redelivery = true
+	c.fromPeer = m.fromPeer
+	return c
+}
+
 // remoteWait is what a publisher's acknowledgement waits for on other
 // nodes: the directed deliveries of its message still unanswered.
 type remoteWait struct {
@@ -427,11 +447,12 @@ func (g *shareGroup) deliverRemote(m *Message, sub *subscription, w *remoteWait,
 			w.finish(false)
 			return
 		}
-		// Counted as delivered when it was sent; it was not.
+		// Counted as delivered when it was sent; it was not, or not for
+		// sure.
 		g.delivered.Add(^uint64(0))
 		sub.delivered.Add(^uint64(0))
 		srv.stats.clusterRepicks.Add(1)
-		g.repick(m, w, append(tried, sub.remote.ClientID))
+		g.repick(srv.maybeDelivered(m, errors.Is(err, ErrMaybeDelivered)), w, append(tried, sub.remote.ClientID))
 	})
 }
 

@@ -48,6 +48,11 @@ type Message struct {
 	// another node.
 	fromPeer bool
 
+	// redelivery marks a copy picked again for another member after an
+	// earlier delivery that may have reached its member: every copy of it
+	// is sent with DUP, so a duplicate is always told apart.
+	redelivery bool
+
 	// echoConn and echoGate hold a client's own message back until its
 	// publish is acknowledged (see conn.echo): echoConn is the serial of
 	// the connection that published it (0 for none), echoGate the number

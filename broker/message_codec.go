@@ -27,6 +27,9 @@ func (m *Message) AppendBinary(dst []byte) []byte {
 	if !m.Expires.IsZero() {
 		flags |= 1 << 3
 	}
+	if m.redelivery {
+		flags |= 1 << 4 // ignored by readers that predate it
+	}
 	dst = append(dst, messageFormat, flags)
 	dst = binary.AppendVarint(dst, m.Created.UnixNano())
 	if !m.Expires.IsZero() {
@@ -65,7 +68,7 @@ func UnmarshalMessage(b []byte) (*Message, error) {
 	}
 	arena := append([]byte(nil), b...)
 	r := reader{b: arena[2:]}
-	m := &Message{QoS: arena[1] & 3, Retain: arena[1]&(1<<2) != 0}
+	m := &Message{QoS: arena[1] & 3, Retain: arena[1]&(1<<2) != 0, redelivery: arena[1]&(1<<4) != 0}
 	m.Created = time.Unix(0, r.varint())
 	if arena[1]&(1<<3) != 0 {
 		m.Expires = time.Unix(0, r.varint())

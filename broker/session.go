@@ -334,7 +334,7 @@ func (s *session) sendLocked(d *delivery, pid uint16, now time.Time) writeResult
 	d.msg.fill(p, now)
 	p.QoS = d.qos
 	p.Retain = d.retain
-	p.Dup = d.sent && d.qos > 0
+	p.Dup = (d.sent || d.msg.redelivery) && d.qos > 0
 	p.PacketID = pid
 	p.Props.SubscriptionIDs = d.subIDs.appendTo(p.Props.SubscriptionIDs[:0])
 	if c.version < packet.V5 {

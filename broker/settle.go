@@ -74,7 +74,9 @@ func (s *settling) place(d delivery) {
 	}
 	var r router
 	r.remote = &remoteWait{settling: true}
-	ok := g.place(d.msg, &r)
+	// A QoS 1 message in flight to the departed member may have reached
+	// it: its new copy carries DUP.
+	ok := g.place(s.srv.maybeDelivered(d.msg, d.sent && d.qos > 0), &r)
 	r.flush()
 	if !ok {
 		s.later(d)

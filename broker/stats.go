@@ -19,6 +19,7 @@ type counters struct {
 	clusterForwards  atomic.Uint64
 	clusterDelivers  atomic.Uint64
 	clusterRepicks   atomic.Uint64
+	maybeDelivered   atomic.Uint64
 	clusterNotHere   atomic.Uint64
 	handedOver       atomic.Uint64
 	adopted          atomic.Uint64
@@ -37,41 +38,46 @@ type counters struct {
 
 // Stats is a snapshot of the broker's counters and sizes.
 type Stats struct {
-	ClientsConnected   int64  // connections with an accepted CONNECT
-	ClientsParked      int    // idle connections parked without a goroutine
-	PendingBytes       int64  // encoded bytes waiting to be written to all connections
-	Queued             int64  // messages queued in all sessions
-	Connects           uint64 // CONNECTs accepted since start
-	Sessions           int    // sessions, connected or not
-	Subscriptions      int    // ordinary subscriptions
-	ShareGroups        int    // share groups with at least one member
-	Retained           int    // retained messages
-	PacketsIn          uint64 // packets received
-	MessagesIn         uint64 // PUBLISH packets received
-	BytesIn            uint64 // payload bytes received
-	MessagesRouted     uint64 // deliveries to sessions
-	Acknowledged       uint64 // QoS 1/2 deliveries acknowledged by subscribers
-	DuplicateQoS2      uint64 // QoS 2 resends recognised and not routed again
-	DroppedQoS0        uint64 // QoS 0 messages dropped for a slow or absent client
-	DroppedQueueFull   uint64 // messages dropped from a full session queue (drop_oldest, QoS 0)
-	RefusedQueueFull   uint64 // messages refused for a session whose queue was full (backpressure)
-	ClusterForwards    uint64 // messages forwarded to other nodes' ordinary subscribers (one per node)
-	ClusterDelivers    uint64 // directed deliveries to share-group members on other nodes
-	ClusterRepicks     uint64 // directed deliveries that failed and were picked again
-	ClusterNotHere     uint64 // directed deliveries from other nodes for a client not here
-	SessionsHandedOver uint64 // sessions given to another node where their client resumed them
-	SessionsAdopted    uint64 // sessions taken from another node for a client resuming here
-	RetainedFromPeers  uint64 // retained messages (and clears) other nodes sent that were newer than this node's
-	RetainedStale      uint64 // retained writes not kept: the topic held a later write from another node
-	PublishesDenied    uint64 // PUBLISH packets the Authenticator refused (v5: 0x87; 3.1.1: dropped)
-	DroppedTooLarge    uint64 // messages larger than the client's Maximum Packet Size
-	Expired            uint64 // messages whose expiry passed before delivery
-	ExpiredSessions    uint64 // sessions ended by their expiry interval
-	WillsPublished     uint64 // will messages published
-	StoreErrors        uint64 // failed Store writes and syncs
-	AcksHeld           uint64 // publisher acknowledgements held back by share-group backpressure
-	GroupDiscarded     uint64 // messages discarded because their share group ended
-	LookedBack         uint64 // messages a new subscription got that arrived after its SUBSCRIBE but were routed before it was handled (arrival.go)
+	ClientsConnected int64  // connections with an accepted CONNECT
+	ClientsParked    int    // idle connections parked without a goroutine
+	PendingBytes     int64  // encoded bytes waiting to be written to all connections
+	Queued           int64  // messages queued in all sessions
+	Connects         uint64 // CONNECTs accepted since start
+	Sessions         int    // sessions, connected or not
+	Subscriptions    int    // ordinary subscriptions
+	ShareGroups      int    // share groups with at least one member
+	Retained         int    // retained messages
+	PacketsIn        uint64 // packets received
+	MessagesIn       uint64 // PUBLISH packets received
+	BytesIn          uint64 // payload bytes received
+	MessagesRouted   uint64 // deliveries to sessions
+	Acknowledged     uint64 // QoS 1/2 deliveries acknowledged by subscribers
+	DuplicateQoS2    uint64 // QoS 2 resends recognised and not routed again
+	DroppedQoS0      uint64 // QoS 0 messages dropped for a slow or absent client
+	DroppedQueueFull uint64 // messages dropped from a full session queue (drop_oldest, QoS 0)
+	RefusedQueueFull uint64 // messages refused for a session whose queue was full (backpressure)
+	ClusterForwards  uint64 // messages forwarded to other nodes' ordinary subscribers (one per node)
+	ClusterDelivers  uint64 // directed deliveries to share-group members on other nodes
+	ClusterRepicks   uint64 // directed deliveries that failed and were picked again
+	// RepicksMaybeDelivered counts the messages picked again whose
+	// earlier delivery may have reached its member (no answer in time, a
+	// stream broken, a departed member's QoS 1 message in flight): their
+	// new copy carries DUP.
+	RepicksMaybeDelivered uint64
+	ClusterNotHere        uint64 // directed deliveries from other nodes for a client not here
+	SessionsHandedOver    uint64 // sessions given to another node where their client resumed them
+	SessionsAdopted       uint64 // sessions taken from another node for a client resuming here
+	RetainedFromPeers     uint64 // retained messages (and clears) other nodes sent that were newer than this node's
+	RetainedStale         uint64 // retained writes not kept: the topic held a later write from another node
+	PublishesDenied       uint64 // PUBLISH packets the Authenticator refused (v5: 0x87; 3.1.1: dropped)
+	DroppedTooLarge       uint64 // messages larger than the client's Maximum Packet Size
+	Expired               uint64 // messages whose expiry passed before delivery
+	ExpiredSessions       uint64 // sessions ended by their expiry interval
+	WillsPublished        uint64 // will messages published
+	StoreErrors           uint64 // failed Store writes and syncs
+	AcksHeld              uint64 // publisher acknowledgements held back by share-group backpressure
+	GroupDiscarded        uint64 // messages discarded because their share group ended
+	LookedBack            uint64 // messages a new subscription got that arrived after its SUBSCRIBE but were routed before it was handled (arrival.go)
 }
 
 // Stats returns a snapshot of the broker's counters.
@@ -84,40 +90,41 @@ func (srv *Server) Stats() Stats {
 	srv.groupsMu.Unlock()
 	c := &srv.stats
 	return Stats{
-		ClientsConnected:   c.connected.Load(),
-		ClientsParked:      srv.parker.count(),
-		PendingBytes:       srv.pending.Load(),
-		Queued:             srv.queued.Load(),
-		Connects:           c.connects.Load(),
-		Sessions:           sessions,
-		Subscriptions:      srv.subs.Len() - int(srv.probe.subs.Load()),
-		ShareGroups:        groups,
-		Retained:           srv.retained.len(),
-		PacketsIn:          c.packetsIn.Load(),
-		MessagesIn:         c.msgsIn.Load(),
-		BytesIn:            c.bytesIn.Load(),
-		MessagesRouted:     c.msgsRouted.Load(),
-		Acknowledged:       c.acked.Load(),
-		DuplicateQoS2:      c.dupQoS2.Load(),
-		DroppedQoS0:        c.droppedQoS0.Load(),
-		DroppedQueueFull:   c.droppedQueueFull.Load(),
-		RefusedQueueFull:   c.refusedQueueFull.Load(),
-		ClusterForwards:    c.clusterForwards.Load(),
-		ClusterDelivers:    c.clusterDelivers.Load(),
-		ClusterRepicks:     c.clusterRepicks.Load(),
-		ClusterNotHere:     c.clusterNotHere.Load(),
-		SessionsHandedOver: c.handedOver.Load(),
-		SessionsAdopted:    c.adopted.Load(),
-		RetainedFromPeers:  c.retainedIn.Load(),
-		RetainedStale:      c.retainedStale.Load(),
-		PublishesDenied:    c.publishDenied.Load(),
-		DroppedTooLarge:    c.droppedTooLarge.Load(),
-		Expired:            c.expired.Load(),
-		ExpiredSessions:    c.expiredSessions.Load(),
-		WillsPublished:     c.willsPublished.Load(),
-		StoreErrors:        c.storeErrors.Load(),
-		AcksHeld:           c.acksHeld.Load(),
-		GroupDiscarded:     c.groupDiscarded.Load(),
-		LookedBack:         c.lookedBack.Load(),
+		ClientsConnected:      c.connected.Load(),
+		ClientsParked:         srv.parker.count(),
+		PendingBytes:          srv.pending.Load(),
+		Queued:                srv.queued.Load(),
+		Connects:              c.connects.Load(),
+		Sessions:              sessions,
+		Subscriptions:         srv.subs.Len() - int(srv.probe.subs.Load()),
+		ShareGroups:           groups,
+		Retained:              srv.retained.len(),
+		PacketsIn:             c.packetsIn.Load(),
+		MessagesIn:            c.msgsIn.Load(),
+		BytesIn:               c.bytesIn.Load(),
+		MessagesRouted:        c.msgsRouted.Load(),
+		Acknowledged:          c.acked.Load(),
+		DuplicateQoS2:         c.dupQoS2.Load(),
+		DroppedQoS0:           c.droppedQoS0.Load(),
+		DroppedQueueFull:      c.droppedQueueFull.Load(),
+		RefusedQueueFull:      c.refusedQueueFull.Load(),
+		ClusterForwards:       c.clusterForwards.Load(),
+		ClusterDelivers:       c.clusterDelivers.Load(),
+		ClusterRepicks:        c.clusterRepicks.Load(),
+		RepicksMaybeDelivered: c.maybeDelivered.Load(),
+		ClusterNotHere:        c.clusterNotHere.Load(),
+		SessionsHandedOver:    c.handedOver.Load(),
+		SessionsAdopted:       c.adopted.Load(),
+		RetainedFromPeers:     c.retainedIn.Load(),
+		RetainedStale:         c.retainedStale.Load(),
+		PublishesDenied:       c.publishDenied.Load(),
+		DroppedTooLarge:       c.droppedTooLarge.Load(),
+		Expired:               c.expired.Load(),
+		ExpiredSessions:       c.expiredSessions.Load(),
+		WillsPublished:        c.willsPublished.Load(),
+		StoreErrors:           c.storeErrors.Load(),
+		AcksHeld:              c.acksHeld.Load(),
+		GroupDiscarded:        c.groupDiscarded.Load(),
+		LookedBack:            c.lookedBack.Load(),
 	}
 }

@@ -66,7 +66,7 @@ func startWorker(t *testing.T, addr, id string, clean bool, got *crashTracker) *
 				return
 			}
 			if seq, err := strconv.ParseUint(string(p.Payload), 10, 64); err == nil {
-				got.add(seq)
+				got.addCopy(seq, p.Dup)
 				w.n.Add(1)
 			}
 			c.write((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
@@ -355,6 +355,12 @@ func clusterFault(t *testing.T, fault string) {
 	}
 	if len(acked) < 100 {
 		t.Errorf("only %d publishes acknowledged", len(acked))
+	}
+	// Every duplicate says so: a message picked again after a delivery
+	// that may have arrived is sent with DUP, and a node coming back
+	// does not deliver what was picked again elsewhere (issue 21).
+	if n := got.plainDuplicates(); n > 0 {
+		t.Errorf("%d messages delivered more than once without DUP", n)
 	}
 }
 

@@ -19,14 +19,42 @@ import (
 
 // crashTracker records, per subscriber, the sequence numbers received.
 type crashTracker struct {
-	mu   sync.Mutex
-	seen map[uint64]int
+	mu    sync.Mutex
+	seen  map[uint64]int
+	plain map[uint64]int // copies received without DUP, when tracked (addCopy)
 }
 
 func (c *crashTracker) add(seq uint64) {
 	c.mu.Lock()
 	c.seen[seq]++
 	c.mu.Unlock()
+}
+
+// addCopy records a copy of seq and whether it carried DUP.
+func (c *crashTracker) addCopy(seq uint64, dup bool) {
+	c.mu.Lock()
+	c.seen[seq]++
+	if !dup {
+		if c.plain == nil {
+			c.plain = map[uint64]int{}
+		}
+		c.plain[seq]++
+	}
+	c.mu.Unlock()
+}
+
+// plainDuplicates counts the messages received more than once without DUP:
+// of the copies of one message, all but the first must say DUP.
+func (c *crashTracker) plainDuplicates() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, k := range c.plain {
+		if k > 1 {
+			n++
+		}
+	}
+	return n
 }
 
 func (c *crashTracker) missing(acked []uint64) (missing int, dups int) {

@@ -37,6 +37,10 @@ func (t *Mesh) Deliver(to broker.RemoteMember, m *broker.Message, done func(erro
 	d.Sent.Add(1)
 	counted := func(err error) {
 		d.count(err)
+		if errors.Is(err, peer.ErrTimeout) || errors.Is(err, peer.ErrBroken) {
+			// The other node may have it: the copy picked next says DUP.
+			err = fmt.Errorf("%w: %w", broker.ErrMaybeDelivered, err)
+		}
 		done(err)
 	}
 	err := t.m.Deliver(context.Background(), to.Node, peer.Target{Group: to.Group, Filter: to.Filter, Client: to.ClientID}, m, counted)
