@@ -54,8 +54,8 @@ func (s *BreakerState) UnmarshalText(b []byte) error {
 // names are snake_case, the breaker state is its name and the round
 // trips are in seconds (rtt_seconds, rtt_mean_seconds, rtt_max_seconds).
 //
-// Directed deliveries to the peer: every Deliver to it counts in
-// Deliveries and ends in exactly one of Refused (at once), Accepted,
+// Directed deliveries to the peer: every Deliver to it (whose context has
+// not already ended) counts in Deliveries and ends in exactly one of Refused (at once), Accepted,
 // NotHere, RemoteErrors, ExpiredByPeer, Timeouts, Broken or Cancelled,
 // or is still waiting (InFlight); so Deliveries is their sum. A Deliver to
 // a node that is not a peer (ErrUnknownPeer) has no PeerStats to count
