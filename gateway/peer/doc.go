@@ -19,12 +19,16 @@
 //     name, filter and client id ([Mesh.Deliver]), numbered by a
 //     per-link sequence number;
 //   - answer: the receiving node's outcome for a deliver (accepted, not
-//     here, or an error), carrying its sequence number;
+//     here, an error, or expired), carrying its sequence number;
 //   - ping and pong: liveness and round trip time.
 //
 // Messages travel in broker.Message's binary form (AppendBinary,
 // UnmarshalMessage). Every record carries its length, so a receiver skips
-// kinds it does not know.
+// kinds it does not know. Frame version 2 adds clock readings: the
+// frame's write time, a deliver's send time and timeout, a ping's send
+// time and the sender's ping timeout. Each end's [Hello] names the newest
+// version it reads, and a node writes version 2 only to a peer that reads
+// it.
 //
 // Send and Deliver never block on the network: they append to the peer's
 // bounded queue under a mutex and wake its writer, or fail at once
@@ -60,6 +64,33 @@
 // probe: a pong closes it, a miss opens it again. Real messages never
 // probe: they are refused until the breaker is closed.
 //
+// A clock goroutine that wakes far (100 ms) past its deadline has not
+// been running: this process was stopped or starved. It waits 50 ms for
+// the reader to hand over the answers and pongs that came meanwhile before
+// it times anything out (PeerStats.Stalls), so a node that resumes does
+// not re-pick what its peer answered in time.
+//
+// # Deliveries that come too late
+//
+// A node that was frozen (SIGSTOP, a stuck reader) reads, when it goes
+// on, deliveries its peer has already completed with ErrTimeout and
+// re-picked. It does not hand those to its Handler: it answers "expired"
+// (PeerStats.Expired; the sender counts the late answer in LateExpired,
+// never in LateAccepted). Without any clock sync: the receiver keeps per
+// stream the minimum over the last 10 to 20 s of (its clock on reading a
+// frame − the sender's clock on writing it), which absorbs the clocks'
+// offset and the fastest transit, and a delivery's age is how much longer
+// than that it has taken. Clocks are each node's monotonic clock. A
+// delivery is expired when its age passes its timeout less a quarter
+// (the quarter keeps room for the handler and the answer's way back),
+// when it was sent before the deadline of a ping this node read too late
+// for the pong to count, or when its frame waited at this node longer
+// than the sender's ping timeout less a quarter (the sender has taken
+// this node for hung and given up on everything it waited for). An
+// "expired" that reaches the sender in time completes the delivery with
+// ErrExpired: certain not delivered. Deliveries from a version 1 node
+// carry no clock readings and are never expired.
+//
 // A broken stream (the peer closed it, its process died, the connection
 // was reset) completes every pending delivery with ErrBroken at once and
 // drops queued forwards (counted). The dialling side redials with backoff
@@ -92,7 +123,11 @@
 // outcome is exact when the answer arrives; ErrTimeout and ErrBroken leave
 // it open whether the other node delivered it, so a caller that re-picks
 // may cause a duplicate (an answer arriving after its timeout is counted in
-// PeerStats.LateAccepted when it accepted). A forward has no answer: one
+// PeerStats.LateAccepted when it accepted). A node that comes back from a
+// freeze does not cause one (see above), unless handling the delivery (a
+// persistent session's sync) outlasts the quarter of the timeout kept in
+// hand. ErrBroken stays open: a stream that breaks after the peer
+// delivered but before its answer came. A forward has no answer: one
 // queued or in flight when a stream breaks is lost, and a peer that is
 // down cannot be replaced.
 //

@@ -3,16 +3,31 @@ package peer
 import (
 	"encoding/binary"
 	"errors"
+	"math"
+	"time"
 
 	"github.com/linemq/linemq/broker"
 )
 
-// A frame is what one Stream.Send carries: a version byte and then records,
-// each a kind byte, a 4-byte big-endian body length and the body. The
-// length lets a receiver skip a kind it does not know, so a newer node can
-// add kinds without breaking an older one.
+// A frame is what one Stream.Send carries: a version byte, in version 2 the
+// sender's clock when it wrote the frame (a signed varint of nanoseconds),
+// and then records, each a kind byte, a 4-byte big-endian body length and
+// the body. The length lets a receiver skip a kind it does not know, so a
+// newer node can add kinds without breaking an older one.
+//
+// Version 2 adds the clock readings a receiver needs to tell how old a
+// record is (the frame's write time; a deliver's and a ping's send time
+// and timeout) and the expired answer. A node writes version 2 only to a
+// peer whose Hello says it reads it (Hello.Version), so an older node
+// keeps getting version 1; were it ever sent version 2, its decoder would
+// refuse the frame as malformed and end the stream, never misread it.
+// Clock readings are the sender's own (see Mesh's clock): only their
+// differences on one node mean anything.
 const (
-	frameVersion = 1
+	frameVersion1 = 1
+	frameVersion2 = 2
+	// frameVersion is the newest version this node reads and writes.
+	frameVersion = frameVersion2
 	recHeader    = 5 // kind + length
 
 	// frameTarget is the size at which the writer closes a frame and
@@ -29,14 +44,19 @@ const (
 	// subscribers. Body: the message's binary form (broker.Message).
 	kindForward kind = iota + 1
 	// kindDeliver: a message for one client of one share group. Body:
-	// uvarint seq, then group, filter and client (each a uvarint length
+	// uvarint seq, in version 2 the send time (varint, the sender's clock
+	// when Deliver queued it) and the delivery's timeout (uvarint
+	// nanoseconds), then group, filter and client (each a uvarint length
 	// and bytes), then the message's binary form.
 	kindDeliver
 	// kindAnswer: the receiving node's answer to a kindDeliver. Body:
 	// uvarint seq, a status byte, then (for statusError) the error text.
 	kindAnswer
 	// kindPing and kindPong: liveness and round trip time. Body: uvarint
-	// seq; a pong echoes its ping's.
+	// seq; a pong echoes its ping's. In version 2 a ping adds its send
+	// time (varint) and the sender's ping timeout (uvarint nanoseconds):
+	// a pong later than that makes the sender give up on every delivery
+	// it is waiting for.
 	kindPing
 	kindPong
 	// kindCall: a request for the receiving node's Caller. Body: uvarint
@@ -58,6 +78,10 @@ const (
 	statusAccepted = 1
 	statusNotHere  = 2
 	statusError    = 3
+	// statusExpired: the delivery reached the receiving node after its
+	// sender had given up on it (or too late to be answered in time), so
+	// it was not delivered. Sent only in reply to a version 2 deliver.
+	statusExpired = 4
 )
 
 // errMalformed is returned for a frame or record that does not decode.
@@ -66,17 +90,28 @@ var errMalformed = errors.New("peer: malformed frame")
 // outRec is one record waiting in a link's queue. Encoding happens on the
 // writer goroutine, so the publish path only appends a small struct.
 type outRec struct {
-	kind   kind
-	status uint8
-	seq    uint64
-	msg    *broker.Message
-	to     Target
-	text   string // the error text of a statusError answer; a call's method
-	body   []byte // a call's argument or result
+	kind    kind
+	status  uint8
+	seq     uint64
+	sent    int64         // a deliver's or ping's send time on this node's clock
+	timeout time.Duration // a deliver's timeout, a ping's pong timeout
+	msg     *broker.Message
+	to      Target
+	text    string // the error text of a statusError answer; a call's method
+	body    []byte // a call's argument or result
 }
 
-// appendRecord appends r's encoding to dst.
-func appendRecord(dst []byte, r *outRec) []byte {
+// appendFrameHeader starts a frame of version v written at now.
+func appendFrameHeader(dst []byte, v uint8, now int64) []byte {
+	dst = append(dst, v)
+	if v >= frameVersion2 {
+		dst = binary.AppendVarint(dst, now)
+	}
+	return dst
+}
+
+// appendRecord appends r's encoding in frame version v to dst.
+func appendRecord(dst []byte, r *outRec, v uint8) []byte {
 	dst = append(dst, byte(r.kind), 0, 0, 0, 0)
 	start := len(dst)
 	switch r.kind {
@@ -84,6 +119,10 @@ func appendRecord(dst []byte, r *outRec) []byte {
 		dst = r.msg.AppendBinary(dst)
 	case kindDeliver:
 		dst = binary.AppendUvarint(dst, r.seq)
+		if v >= frameVersion2 {
+			dst = binary.AppendVarint(dst, r.sent)
+			dst = binary.AppendUvarint(dst, uint64(max(r.timeout, 0)))
+		}
 		dst = appendString(dst, r.to.Group)
 		dst = appendString(dst, r.to.Filter)
 		dst = appendString(dst, r.to.Client)
@@ -92,7 +131,13 @@ func appendRecord(dst []byte, r *outRec) []byte {
 		dst = binary.AppendUvarint(dst, r.seq)
 		dst = append(dst, r.status)
 		dst = append(dst, r.text...)
-	case kindPing, kindPong:
+	case kindPing:
+		dst = binary.AppendUvarint(dst, r.seq)
+		if v >= frameVersion2 {
+			dst = binary.AppendVarint(dst, r.sent)
+			dst = binary.AppendUvarint(dst, uint64(max(r.timeout, 0)))
+		}
+	case kindPong:
 		dst = binary.AppendUvarint(dst, r.seq)
 	case kindCall:
 		dst = binary.AppendUvarint(dst, r.seq)
@@ -121,19 +166,36 @@ type inRec struct {
 	kind   kind
 	seq    uint64
 	status uint8
-	to     [3][]byte // group, filter, client; a call's method in to[0]
-	body   []byte    // the message (forward, deliver), error text (answer), a call's argument or result
+	// timed: a version 2 deliver or ping, with the sender's send time
+	// (its clock) and timeout (nanoseconds).
+	timed   bool
+	sent    int64
+	timeout int64
+	to      [3][]byte // group, filter, client; a call's method in to[0]
+	body    []byte    // the message (forward, deliver), error text (answer), a call's argument or result
 }
 
 // frameReader walks the records of one frame.
-type frameReader struct{ b []byte }
+type frameReader struct {
+	b       []byte
+	v       uint8 // the frame's version
+	written int64 // version 2: the sender's clock when it wrote the frame
+}
 
-// newFrameReader checks the frame's version.
+// newFrameReader checks the frame's version (1 or 2) and reads its header.
 func newFrameReader(frame []byte) (frameReader, error) {
-	if len(frame) == 0 || frame[0] != frameVersion {
+	if len(frame) == 0 || frame[0] < frameVersion1 || frame[0] > frameVersion2 {
 		return frameReader{}, errMalformed
 	}
-	return frameReader{b: frame[1:]}, nil
+	f := frameReader{b: frame[1:], v: frame[0]}
+	if f.v >= frameVersion2 {
+		w, n := binary.Varint(f.b)
+		if n <= 0 {
+			return frameReader{}, errMalformed
+		}
+		f.written, f.b = w, f.b[n:]
+	}
+	return f, nil
 }
 
 // next decodes the next record into r. It returns false at the end of the
@@ -155,7 +217,7 @@ func (f *frameReader) next(r *inRec) (bool, error) {
 			continue // a newer node's kind: skip it
 		}
 		*r = inRec{kind: k}
-		if err := r.decode(body); err != nil {
+		if err := r.decode(body, f.v); err != nil {
 			return false, err
 		}
 		return true, nil
@@ -163,7 +225,8 @@ func (f *frameReader) next(r *inRec) (bool, error) {
 	return false, nil
 }
 
-func (r *inRec) decode(b []byte) error {
+// decode reads a record's body as frame version v lays it out.
+func (r *inRec) decode(b []byte, v uint8) error {
 	if r.kind == kindForward || r.kind == kindRetain {
 		r.body = b
 		return nil
@@ -173,6 +236,18 @@ func (r *inRec) decode(b []byte) error {
 		return errMalformed
 	}
 	r.seq, b = seq, b[n:]
+	if v >= frameVersion2 && (r.kind == kindDeliver || r.kind == kindPing) {
+		sent, n := binary.Varint(b)
+		if n <= 0 {
+			return errMalformed
+		}
+		b = b[n:]
+		timeout, n := binary.Uvarint(b)
+		if n <= 0 || timeout > math.MaxInt64 {
+			return errMalformed
+		}
+		r.timed, r.sent, r.timeout, b = true, sent, int64(timeout), b[n:]
+	}
 	switch r.kind {
 	case kindDeliver:
 		for i := range r.to {
@@ -184,7 +259,7 @@ func (r *inRec) decode(b []byte) error {
 		}
 		r.body = b
 	case kindAnswer:
-		if len(b) == 0 || b[0] < statusAccepted || b[0] > statusError {
+		if len(b) == 0 || b[0] < statusAccepted || b[0] > statusExpired {
 			return errMalformed
 		}
 		r.status, r.body = b[0], b[1:]

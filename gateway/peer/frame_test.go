@@ -2,6 +2,8 @@ package peer
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,27 +11,38 @@ import (
 )
 
 func TestFrameRoundTrip(t *testing.T) {
+	for _, v := range []uint8{frameVersion1, frameVersion2} {
+		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) { testFrameRoundTrip(t, v) })
+	}
+}
+
+func testFrameRoundTrip(t *testing.T, v uint8) {
 	m := broker.NewMessage("line/3/temp", []byte("21.5"), 1, true)
 	recs := []outRec{
 		{kind: kindForward, msg: m},
-		{kind: kindDeliver, seq: 7, msg: m, to: Target{Group: "workers", Filter: "line/+/temp", Client: "plc/7"}},
+		{kind: kindDeliver, seq: 7, msg: m, to: Target{Group: "workers", Filter: "line/+/temp", Client: "plc/7"},
+			sent: -5_000_000_000, timeout: 2 * time.Second},
 		{kind: kindAnswer, seq: 7, status: statusAccepted},
 		{kind: kindAnswer, seq: 8, status: statusNotHere},
 		{kind: kindAnswer, seq: 9, status: statusError, text: "disk full"},
-		{kind: kindPing, seq: 1},
+		{kind: kindAnswer, seq: 10, status: statusExpired},
+		{kind: kindPing, seq: 1, sent: 1 << 62, timeout: time.Second},
 		{kind: kindPong, seq: 1},
 		{kind: kindCall, seq: 5, text: "handover", body: []byte("plc/7")},
 		{kind: kindResult, seq: 5, status: statusAccepted, body: []byte("state")},
 		{kind: kindResult, seq: 6, status: statusError, text: "gone"},
 		{kind: kindRetain, msg: m},
 	}
-	frame := []byte{frameVersion}
+	frame := appendFrameHeader(nil, v, -42)
 	for i := range recs {
-		frame = appendRecord(frame, &recs[i])
+		frame = appendRecord(frame, &recs[i], v)
 	}
 	fr, err := newFrameReader(frame)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if fr.v != v || (v == frameVersion2 && fr.written != -42) {
+		t.Fatalf("frame version %d written %d", fr.v, fr.written)
 	}
 	var got []inRec
 	for {
@@ -50,6 +63,10 @@ func TestFrameRoundTrip(t *testing.T) {
 		w := recs[i]
 		if r.kind != w.kind || r.seq != w.seq {
 			t.Errorf("record %d: kind %d seq %d, want %d %d", i, r.kind, r.seq, w.kind, w.seq)
+		}
+		timed := v == frameVersion2 && (w.kind == kindDeliver || w.kind == kindPing)
+		if r.timed != timed || (timed && (r.sent != w.sent || r.timeout != int64(w.timeout))) {
+			t.Errorf("record %d: timed %v sent %d timeout %d, want %v %d %d", i, r.timed, r.sent, r.timeout, timed, w.sent, w.timeout)
 		}
 		switch r.kind {
 		case kindCall:
@@ -82,9 +99,9 @@ func TestFrameRoundTrip(t *testing.T) {
 
 // A kind this node does not know is skipped, so a newer peer can add some.
 func TestFrameSkipsUnknownKinds(t *testing.T) {
-	frame := []byte{frameVersion}
+	frame := []byte{frameVersion1}
 	frame = append(frame, 99, 0, 0, 0, 3, 'x', 'y', 'z')
-	frame = appendRecord(frame, &outRec{kind: kindPing, seq: 5})
+	frame = appendRecord(frame, &outRec{kind: kindPing, seq: 5}, frameVersion1)
 	fr, _ := newFrameReader(frame)
 	var r inRec
 	if ok, err := fr.next(&r); !ok || err != nil || r.kind != kindPing || r.seq != 5 {
@@ -96,17 +113,28 @@ func TestFrameSkipsUnknownKinds(t *testing.T) {
 }
 
 func TestFrameMalformed(t *testing.T) {
-	ping := appendRecord(nil, &outRec{kind: kindPing, seq: 1})
+	ping := appendRecord(nil, &outRec{kind: kindPing, seq: 1}, frameVersion1)
+	v2 := appendFrameHeader(nil, frameVersion2, 7)
 	for name, frame := range map[string][]byte{
-		"empty":             {},
-		"wrong version":     {2},
-		"short header":      {frameVersion, byte(kindPing), 0, 0},
-		"length past end":   {frameVersion, byte(kindPing), 0, 0, 0, 9, 1},
-		"ping without seq":  {frameVersion, byte(kindPing), 0, 0, 0, 0},
-		"ping with extra":   {frameVersion, byte(kindPing), 0, 0, 0, 2, 1, 1},
-		"answer bad status": {frameVersion, byte(kindAnswer), 0, 0, 0, 2, 1, 9},
-		"deliver cut":       {frameVersion, byte(kindDeliver), 0, 0, 0, 3, 1, 5, 'g'},
-		"trailing garbage":  append(append([]byte{frameVersion}, ping...), 1, 2),
+		"empty":               {},
+		"wrong version":       {3},
+		"version 0":           {0},
+		"v2 without time":     {frameVersion2},
+		"v2 time cut":         {frameVersion2, 0x80},
+		"v2 ping, v1 body":    append(slices.Clip(v2), ping...),
+		"v2 ping no time":     append(slices.Clip(v2), byte(kindPing), 0, 0, 0, 2, 1, 0x80),
+		"v2 ping timeout cut": append(slices.Clip(v2), byte(kindPing), 0, 0, 0, 3, 1, 2, 0x80),
+		"v2 ping huge timeout": append(slices.Clip(v2), byte(kindPing), 0, 0, 0, 12, 1, 2,
+			0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01),
+		"v2 deliver cut":    append(slices.Clip(v2), byte(kindDeliver), 0, 0, 0, 4, 1, 2, 3, 5),
+		"answer status 5":   {frameVersion1, byte(kindAnswer), 0, 0, 0, 2, 1, 5},
+		"short header":      {frameVersion1, byte(kindPing), 0, 0},
+		"length past end":   {frameVersion1, byte(kindPing), 0, 0, 0, 9, 1},
+		"ping without seq":  {frameVersion1, byte(kindPing), 0, 0, 0, 0},
+		"ping with extra":   {frameVersion1, byte(kindPing), 0, 0, 0, 2, 1, 1},
+		"answer bad status": {frameVersion1, byte(kindAnswer), 0, 0, 0, 2, 1, 9},
+		"deliver cut":       {frameVersion1, byte(kindDeliver), 0, 0, 0, 3, 1, 5, 'g'},
+		"trailing garbage":  append(append([]byte{frameVersion1}, ping...), 1, 2),
 	} {
 		fr, err := newFrameReader(frame)
 		for err == nil {
@@ -121,22 +149,51 @@ func TestFrameMalformed(t *testing.T) {
 	}
 }
 
+// A version 2 frame is refused whole by a version 1 decoder (whose
+// check was frame[0] != 1), never misread; a version 1 frame still
+// decodes, its deliveries and pings without clock readings.
+func TestFrameVersions(t *testing.T) {
+	m := broker.NewMessage("t", []byte("p"), 1, false)
+	d := outRec{kind: kindDeliver, seq: 1, msg: m, sent: 5, timeout: time.Second}
+	v2 := appendRecord(appendFrameHeader(nil, frameVersion2, 9), &d, frameVersion2)
+	if v2[0] == frameVersion1 {
+		t.Fatal("a version 2 frame starts with 1: a version 1 decoder would read it")
+	}
+	v1 := appendRecord(appendFrameHeader(nil, frameVersion1, 9), &d, frameVersion1)
+	if !bytes.Equal(v1, append([]byte{frameVersion1}, appendRecord(nil, &outRec{kind: kindDeliver, seq: 1, msg: m}, frameVersion1)...)) {
+		t.Fatal("version 1 is not what it was")
+	}
+	fr, err := newFrameReader(v1)
+	var r inRec
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := fr.next(&r); !ok || err != nil || r.timed || r.kind != kindDeliver {
+		t.Fatalf("version 1 deliver: %v %v %+v", ok, err, r)
+	}
+}
+
 func FuzzFrame(f *testing.F) {
 	m := broker.NewMessage("t", []byte("p"), 1, false)
-	seed := []byte{frameVersion}
-	for _, r := range []outRec{
+	recs := []outRec{
 		{kind: kindForward, msg: m},
-		{kind: kindDeliver, seq: 1, msg: m, to: Target{Group: "g", Filter: "f", Client: "c"}},
+		{kind: kindDeliver, seq: 1, msg: m, to: Target{Group: "g", Filter: "f", Client: "c"}, sent: 123456789, timeout: 2 * time.Second},
 		{kind: kindAnswer, seq: 1, status: statusError, text: "e"},
+		{kind: kindAnswer, seq: 2, status: statusExpired},
+		{kind: kindPing, seq: 2, sent: -1, timeout: time.Second},
 		{kind: kindPong, seq: 2},
 		{kind: kindCall, seq: 3, text: "handover", body: []byte("plc/7")},
 		{kind: kindResult, seq: 3, status: statusAccepted, body: []byte{1, 2, 3}},
 		{kind: kindResult, seq: 4, status: statusError, text: "no"},
 		{kind: kindRetain, msg: m},
-	} {
-		seed = appendRecord(seed, &r)
 	}
-	f.Add(seed)
+	for _, v := range []uint8{frameVersion1, frameVersion2} {
+		seed := appendFrameHeader(nil, v, 1_000_000_007)
+		for _, r := range recs {
+			seed = appendRecord(seed, &r, v)
+		}
+		f.Add(seed)
+	}
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		fr, err := newFrameReader(frame)
 		if err != nil {

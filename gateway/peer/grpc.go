@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -30,6 +31,9 @@ const (
 
 	mdCluster = "linemq-cluster"
 	mdNode    = "linemq-node"
+	// mdVersion carries Hello.Version; an older node neither sends nor
+	// reads it.
+	mdVersion = "linemq-frame-version"
 )
 
 // The connection's keep alive: gRPC's HTTP/2 pings. They are the backstop
@@ -132,7 +136,7 @@ func (g *GRPC) Dial(ctx context.Context, node, addr string, self Hello) (Stream,
 		}
 		return nil, Hello{}, err
 	}
-	sctx = metadata.NewOutgoingContext(sctx, metadata.Pairs(mdCluster, self.Cluster, mdNode, self.Node))
+	sctx = metadata.NewOutgoingContext(sctx, helloMD(self))
 	cs, err := cc.NewStream(sctx, &serviceDesc.Streams[0], methodName)
 	if err != nil {
 		return fail(fmt.Errorf("peer: dial %s at %s: %w", node, addr, err))
@@ -151,8 +155,25 @@ func (g *GRPC) Dial(ctx context.Context, node, addr string, self Hello) (Stream,
 	if !stop() {
 		return fail(ctx.Err())
 	}
-	remote := Hello{Cluster: first(md.Get(mdCluster)), Node: first(md.Get(mdNode))}
+	remote := helloFrom(md)
 	return &clientStream{cs: cs, cc: cc, cancel: cancel}, remote, nil
+}
+
+// helloMD is h as metadata; a zero Version is left out, as an older node
+// leaves it out.
+func helloMD(h Hello) metadata.MD {
+	md := metadata.Pairs(mdCluster, h.Cluster, mdNode, h.Node)
+	if h.Version != 0 {
+		md.Set(mdVersion, strconv.Itoa(h.Version))
+	}
+	return md
+}
+
+// helloFrom reads a Hello from metadata; a missing or unreadable version
+// is 0 (version 1).
+func helloFrom(md metadata.MD) Hello {
+	v, _ := strconv.Atoi(first(md.Get(mdVersion)))
+	return Hello{Cluster: first(md.Get(mdCluster)), Node: first(md.Get(mdNode)), Version: max(v, 0)}
 }
 
 func first(v []string) string {
@@ -240,7 +261,7 @@ func (s *grpcService) link(ss grpc.ServerStream) error {
 
 	ctx := ss.Context()
 	md, _ := metadata.FromIncomingContext(ctx)
-	remote := Hello{Cluster: first(md.Get(mdCluster)), Node: first(md.Get(mdNode))}
+	remote := helloFrom(md)
 	if remote.Node == "" {
 		return status.Error(codes.InvalidArgument, "peer: no node name")
 	}
@@ -259,7 +280,7 @@ func (s *grpcService) link(ss grpc.ServerStream) error {
 		st.sendMu.Unlock()
 		return status.Error(codes.PermissionDenied, err.Error())
 	}
-	err := ss.SendHeader(metadata.Pairs(mdCluster, s.self.Cluster, mdNode, s.self.Node))
+	err := ss.SendHeader(helloMD(s.self))
 	st.sendMu.Unlock()
 	if err == nil {
 		select {

@@ -38,6 +38,9 @@ type link struct {
 	// failures that are certain rather than counted (a broken stream, a
 	// missed pong).
 	tripNow atomic.Bool
+	// cause is why the breaker last opened (causeBroken, causePing or
+	// causeTimeouts), for PeerStats.Problem.
+	cause atomic.Uint32
 
 	mu      sync.Mutex
 	addr    string
@@ -51,7 +54,10 @@ type link struct {
 	callSeq uint64 // the last call's sequence number (apart from seq: fl needs its own consecutive)
 	ping    pingState
 	rtt     rttStats
-	last    error // why the last stream ended or the last dial failed
+	last    error     // why the last stream ended or the last dial failed
+	up      time.Time // when the current (or last) stream came up
+	// lastPong is when the last pong came, for PeerStats.Problem.
+	lastPong time.Time
 
 	c counters
 }
@@ -61,10 +67,12 @@ type link struct {
 type session struct {
 	l     *link
 	s     Stream
+	v     uint8         // the frame version written: the newest both ends read
 	done  chan struct{} // closed when the session ends
 	wake  chan struct{} // capacity 1: records are queued
 	rearm chan struct{} // capacity 1: a deadline earlier than the clock's is due
 	ended bool          // under l.mu
+	age   ager          // the reader's: how old what the peer sends is
 }
 
 // pingState is the one ping a session may have outstanding.
@@ -80,6 +88,26 @@ type pingState struct {
 }
 
 const readyBit = 1
+
+// Why a breaker opened.
+const (
+	causeNone = iota
+	causeBroken
+	causePing
+	causeTimeouts
+)
+
+// A clock goroutine that wakes more than stallSlack after its deadline
+// has not been running: the process was stopped (SIGSTOP, a paused VM) or
+// starved. The peer's answers and pongs may have been waiting in the
+// socket all along, so it gives the reader stallGrace to hand them over
+// before it judges deadlines; otherwise a node that resumes would time
+// out deliveries its peer had answered in time, and re-pick them:
+// duplicates.
+const (
+	stallSlack = 100 * time.Millisecond
+	stallGrace = 50 * time.Millisecond
+)
 
 // errExcluded is reported to the breaker for a request that was let
 // through but then not made, so it counts neither way.
@@ -100,7 +128,14 @@ func (m *Mesh) newLink(name, addr string) *link {
 		MaxRequests: 1, // one probe at a time
 		Timeout:     m.opts.OpenTimeout,
 		ReadyToTrip: func(c gobreaker.Counts) bool {
-			return c.ConsecutiveFailures >= uint32(m.opts.FailureThreshold) || l.tripNow.Load()
+			if l.tripNow.Load() {
+				return true // the caller has set the cause
+			}
+			if c.ConsecutiveFailures >= uint32(m.opts.FailureThreshold) {
+				l.cause.Store(causeTimeouts)
+				return true
+			}
+			return false
 		},
 		IsExcluded: func(err error) bool {
 			return errors.Is(err, errExcluded) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
@@ -192,9 +227,14 @@ func (l *link) close(err error) {
 	}
 }
 
-// attach makes st the link's stream, ending the one before (a peer that
-// dials again has given up on it), and starts its goroutines.
-func (l *link) attach(st Stream) (*session, error) {
+// attach makes st, to a peer that introduced itself with remote, the
+// link's stream, ending the one before (a peer that dials again has given
+// up on it), and starts its goroutines.
+func (l *link) attach(st Stream, remote Hello) (*session, error) {
+	v := uint8(frameVersion1)
+	if remote.Version >= frameVersion2 {
+		v = frameVersion2
+	}
 	for {
 		l.mu.Lock()
 		if l.closed {
@@ -207,11 +247,13 @@ func (l *link) attach(st Stream) (*session, error) {
 			s := &session{
 				l:     l,
 				s:     st,
+				v:     v,
 				done:  make(chan struct{}),
 				wake:  make(chan struct{}, 1),
 				rearm: make(chan struct{}, 1),
 			}
 			l.sess = s
+			l.up = time.Now()
 			l.m.wg.Add(3)
 			l.mu.Unlock()
 			l.c.streams.Add(1)
@@ -258,11 +300,14 @@ func (l *link) end(s *session, err error) {
 		}
 	}
 	l.c.dropped.Add(dropped)
+	l.cause.Store(causeBroken)
 	if probe != nil {
 		probe(err) // a half-open probe failed: open again
 	}
 	l.trip(err)
-	if !errors.Is(err, ErrClosed) {
+	if errors.Is(err, ErrClosed) {
+		l.c.cancelled.Add(uint64(len(pend)))
+	} else {
 		l.c.broken.Add(uint64(len(pend)))
 	}
 	for i := range pend {
@@ -297,13 +342,14 @@ func (l *link) send(k kind, msg *broker.Message) error {
 
 // deliver queues a directed delivery and records it as pending.
 func (l *link) deliver(ctx context.Context, to Target, msg *broker.Message, done func(error)) error {
+	l.c.deliveries.Add(1)
 	if !l.available() {
-		l.c.rejected.Add(1)
+		l.refused()
 		return ErrUnavailable
 	}
 	report, err := l.br.Allow()
 	if err != nil {
-		l.c.rejected.Add(1)
+		l.refused()
 		return ErrUnavailable
 	}
 	l.mu.Lock()
@@ -318,7 +364,7 @@ func (l *link) deliver(ctx context.Context, to Target, msg *broker.Message, done
 	if refuse != nil {
 		l.mu.Unlock()
 		report(errExcluded)
-		l.c.rejected.Add(1)
+		l.refused()
 		return refuse
 	}
 	l.seq++
@@ -335,7 +381,7 @@ func (l *link) deliver(ctx context.Context, to Target, msg *broker.Message, done
 		p.stop = context.AfterFunc(ctx, func() { l.cancelled(seq, ctx) })
 	}
 	head := l.fl.push(p)
-	l.q = append(l.q, outRec{kind: kindDeliver, seq: seq, msg: msg, to: to})
+	l.q = append(l.q, outRec{kind: kindDeliver, seq: seq, msg: msg, to: to, sent: l.m.opts.clock(), timeout: l.m.opts.DeliverTimeout})
 	l.mu.Unlock()
 	if head {
 		select {
@@ -347,12 +393,19 @@ func (l *link) deliver(ctx context.Context, to Target, msg *broker.Message, done
 	return nil
 }
 
+// refused counts a Deliver that failed at once.
+func (l *link) refused() {
+	l.c.rejected.Add(1)
+	l.c.refused.Add(1)
+}
+
 // cancelled completes delivery seq with ctx's error, if it still waits.
 func (l *link) cancelled(seq uint64, ctx context.Context) {
 	l.mu.Lock()
 	p, ok := l.fl.take(seq)
 	l.mu.Unlock()
 	if ok {
+		l.c.cancelled.Add(1)
 		p.finish(ctx.Err(), errExcluded)
 	}
 }
@@ -416,7 +469,8 @@ func (l *link) writer(s *session) {
 // write encodes ctl, then batch, into frames and sends them; it returns
 // buf for reuse.
 func (l *link) write(s *session, ctl, batch []outRec, buf []byte) ([]byte, error) {
-	buf = append(buf[:0], frameVersion)
+	clock := l.m.opts.clock
+	buf = appendFrameHeader(buf[:0], s.v, clock())
 	n := 0
 	flush := func() error {
 		if err := s.s.Send(buf); err != nil {
@@ -425,12 +479,12 @@ func (l *link) write(s *session, ctl, batch []outRec, buf []byte) ([]byte, error
 		l.c.sentFrames.Add(1)
 		l.c.sentBytes.Add(uint64(len(buf)))
 		l.c.sentRecords.Add(uint64(n))
-		buf, n = append(buf[:0], frameVersion), 0
+		buf, n = appendFrameHeader(buf[:0], s.v, clock()), 0
 		return nil
 	}
 	for _, recs := range [2][]outRec{ctl, batch} {
 		for i := range recs {
-			buf = appendRecord(buf, &recs[i])
+			buf = appendRecord(buf, &recs[i], s.v)
 			n++
 			if len(buf) >= frameTarget {
 				if err := flush(); err != nil {
@@ -472,6 +526,8 @@ func (l *link) dispatch(s *session, frame []byte) error {
 		return err
 	}
 	h := l.m.opts.Handler
+	clock := l.m.opts.clock
+	s.age.frame(clock(), fr.v >= frameVersion2, fr.written)
 	var r inRec
 	for {
 		ok, err := fr.next(&r)
@@ -489,6 +545,13 @@ func (l *link) dispatch(s *session, frame []byte) error {
 			h.Forward(l.name, m)
 		case kindDeliver:
 			rep := Reply{s: s, seq: r.seq}
+			// Judged now, not when the frame arrived: a handler
+			// earlier in the frame may have held the reader.
+			if r.timed && s.age.expired(clock(), r.sent, r.timeout) {
+				l.c.expired.Add(1)
+				rep.expire()
+				continue
+			}
 			m, err := broker.UnmarshalMessage(r.body)
 			if err != nil {
 				l.c.malformed.Add(1)
@@ -509,6 +572,9 @@ func (l *link) dispatch(s *session, frame []byte) error {
 		case kindAnswer:
 			l.answered(s, r.seq, r.status, r.body)
 		case kindPing:
+			if r.timed {
+				s.age.ping(clock(), r.sent, r.timeout)
+			}
 			l.control(s, outRec{kind: kindPong, seq: r.seq})
 		case kindPong:
 			l.ponged(s, r.seq)
@@ -527,19 +593,32 @@ func (l *link) answered(s *session, seq uint64, status uint8, text []byte) {
 	l.mu.Unlock()
 	if !ok {
 		// Too late: it timed out (or was cancelled) and the caller has
-		// re-picked. If the peer accepted it, that is a duplicate.
+		// re-picked. If the peer accepted it, that is a duplicate; if it
+		// answers expired, the peer knew and did not deliver it.
 		l.c.late.Add(1)
-		if status == statusAccepted {
+		switch status {
+		case statusAccepted:
 			l.c.lateAccepted.Add(1)
+		case statusExpired:
+			l.c.lateExpired.Add(1)
 		}
 		return
 	}
 	var err error
 	switch status {
+	case statusAccepted:
+		l.c.accepted.Add(1)
 	case statusNotHere:
 		err = ErrNotHere
+		l.c.notHere.Add(1)
 	case statusError:
 		err = &RemoteError{Node: l.name, Msg: string(text)}
+		l.c.remoteErrors.Add(1)
+	case statusExpired:
+		// Rare: the peer judged it too old while this node still
+		// waited (within the quarter it keeps in hand).
+		err = ErrExpired
+		l.c.expiredByPeer.Add(1)
 	}
 	l.c.answers.Add(1)
 	p.finish(err, nil) // the peer answered: a success for the breaker
@@ -554,7 +633,9 @@ func (l *link) ponged(s *session, seq uint64) {
 		return // a pong for a ping that already timed out
 	}
 	report := l.ping.report
-	l.rtt.add(time.Since(l.ping.sent))
+	now := time.Now()
+	l.rtt.add(now.Sub(l.ping.sent))
+	l.lastPong = now
 	l.ping = pingState{}
 	l.setWord(func(w uint32) uint32 { return w | readyBit })
 	l.mu.Unlock()
@@ -571,7 +652,7 @@ func (l *link) clock(s *session) {
 	defer tick.Stop()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	var armed time.Time
+	var armed, hold time.Time // hold: no judging before it (stallGrace)
 	var expired []pending
 	arm := func() {
 		l.mu.Lock()
@@ -580,6 +661,9 @@ func (l *link) clock(s *session) {
 			at, ok = l.ping.deadline, true
 		}
 		l.mu.Unlock()
+		if ok && at.Before(hold) {
+			at = hold
+		}
 		switch {
 		case !ok:
 			timer.Stop()
@@ -599,9 +683,17 @@ func (l *link) clock(s *session) {
 			l.sendPing(s)
 		case <-s.rearm:
 		case <-timer.C:
+			now := time.Now()
+			if hold.IsZero() && now.Sub(armed) > stallSlack {
+				hold = now.Add(stallGrace)
+				l.c.stalls.Add(1)
+				l.log.Warn("peer clock woke late: this node was stopped or starved", "late", now.Sub(armed))
+			} else {
+				hold = time.Time{}
+				expired = l.expire(s, expired[:0])
+				clear(expired)
+			}
 			armed = time.Time{}
-			expired = l.expire(s, expired[:0])
-			clear(expired)
 		}
 		arm()
 	}
@@ -629,7 +721,7 @@ func (l *link) sendPing(s *session) {
 	}
 	now := time.Now()
 	l.ping = pingState{out: true, seq: l.ping.seq + 1, sent: now, deadline: now.Add(l.m.opts.PingTimeout), report: report}
-	l.ctl = append(l.ctl, outRec{kind: kindPing, seq: l.ping.seq})
+	l.ctl = append(l.ctl, outRec{kind: kindPing, seq: l.ping.seq, sent: l.m.opts.clock(), timeout: l.m.opts.PingTimeout})
 	l.mu.Unlock()
 	s.signal()
 }
@@ -668,6 +760,7 @@ func (l *link) expire(s *session, out []pending) []pending {
 	}
 	if missed {
 		l.c.pingTimeouts.Add(1)
+		l.cause.Store(causePing)
 		if probe != nil {
 			probe(errPingTimeout)
 		} else {
@@ -699,7 +792,7 @@ func (l *link) dialLoop() {
 		}
 		var s *session
 		if err == nil {
-			s, err = l.attach(st)
+			s, err = l.attach(st, remote)
 		}
 		if l.ctx.Err() != nil {
 			return

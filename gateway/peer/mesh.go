@@ -39,6 +39,11 @@ var (
 	ErrNotHere = errors.New("peer: client not here")
 	// ErrClosed: the Mesh is closed.
 	ErrClosed = errors.New("peer: closed")
+	// ErrExpired: the other node received the delivery too late to
+	// answer it within DeliverTimeout (it was stopped, or far behind)
+	// and did not deliver it. Unlike ErrTimeout, it is certain the
+	// message did not reach the client there.
+	ErrExpired = errors.New("peer: expired before the other node could deliver it")
 )
 
 // RemoteError is the other node's own error for a directed delivery: it
@@ -102,6 +107,11 @@ func (r Reply) Done(accepted bool, err error) {
 	r.s.l.control(r.s, rec)
 }
 
+// expire answers that the delivery came too late and was not delivered.
+func (r Reply) expire() {
+	r.s.l.control(r.s, outRec{kind: kindAnswer, seq: r.seq, status: statusExpired})
+}
+
 // Mesh is this node's side of the node-to-node data path: one stream to
 // each peer, a queue and a writer per peer, the directed deliveries
 // awaiting their answers, and a circuit breaker per peer. Its methods may
@@ -133,7 +143,7 @@ func New(o Options) (*Mesh, error) {
 	}
 	m := &Mesh{
 		opts:  o,
-		hello: Hello{Cluster: o.Cluster, Node: o.Node},
+		hello: Hello{Cluster: o.Cluster, Node: o.Node, Version: frameVersion},
 		tr:    o.Transport,
 		log:   o.Logger.With("node", o.Node),
 	}
@@ -343,6 +353,6 @@ func (m *Mesh) accept(remote Hello, s Stream) error {
 	case l.dial:
 		return fmt.Errorf("node %s dials %s, not the other way round", m.opts.Node, remote.Node)
 	}
-	_, err := l.attach(s)
+	_, err := l.attach(s, remote)
 	return err
 }

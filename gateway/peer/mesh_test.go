@@ -505,7 +505,7 @@ func TestMutualTLS(t *testing.T) {
 		}
 	})
 
-	refused := func(t *testing.T, dialer, acceptor *node, why string) {
+	refused := func(t *testing.T, dialer, acceptor *node, why, problem string) {
 		t.Helper()
 		brokertest.Eventually(t, 10*time.Second, "dials fail", func() bool { return stats(t, dialer, acceptor.name).DialErrors >= 2 })
 		if dialer.Available(acceptor.name) || acceptor.Available(dialer.name) {
@@ -518,30 +518,34 @@ func TestMutualTLS(t *testing.T) {
 		if !strings.Contains(s.LastError, why) {
 			t.Fatalf("refused because %q, want %q", s.LastError, why)
 		}
+		t.Logf("problem: %s", s.Problem)
+		if s.Problem != problem {
+			t.Fatalf("problem %q, want %q", s.Problem, problem)
+		}
 	}
 	t.Run("unknown CA", func(t *testing.T) {
 		a := startNode(t, "a", fast(Options{TLS: ca.Issue(t, "a")}))
 		b := startNode(t, "b", fast(Options{TLS: other.Issue(t, "b")}))
 		connect(a, b)
-		refused(t, a, b, "certificate signed by unknown authority")
+		refused(t, a, b, "certificate signed by unknown authority", "its certificate is not trusted (signed by an unknown authority)")
 	})
 	t.Run("acceptor's certificate names another node", func(t *testing.T) {
 		a := startNode(t, "a", fast(Options{TLS: ca.Issue(t, "a")}))
 		c := startNode(t, "c", fast(Options{TLS: ca.Issue(t, "b")}))
 		connect(a, c)
-		refused(t, a, c, "certificate is valid for b, not c")
+		refused(t, a, c, "certificate is valid for b, not c", "its certificate does not name c")
 	})
 	t.Run("dialer's certificate names another node", func(t *testing.T) {
 		a := startNode(t, "a", fast(Options{TLS: ca.Issue(t, "z")}))
 		m := startNode(t, "m", fast(Options{TLS: ca.Issue(t, "m")}))
 		connect(a, m)
-		refused(t, a, m, "certificate is valid for z, not a")
+		refused(t, a, m, "certificate is valid for z, not a", "it does not accept this node's certificate (it must name this node)")
 	})
 	t.Run("plain dialer", func(t *testing.T) {
 		a := startNode(t, "a", fast(Options{}))
 		b := startNode(t, "b", fast(Options{TLS: ca.Issue(t, "b")}))
 		connect(a, b)
-		refused(t, a, b, "dial b")
+		refused(t, a, b, "dial b", "it hung up during the handshake (TLS configured on one of the two nodes only?)")
 	})
 }
 

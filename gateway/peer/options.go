@@ -82,6 +82,11 @@ type Options struct {
 
 	// Logger receives the mesh's logs; nil discards them.
 	Logger *slog.Logger
+
+	// clock is this node's clock for the readings frames carry, in
+	// nanoseconds from any origin; tests set it to put two nodes' clocks
+	// apart. Default: the monotonic clock since New.
+	clock func() int64
 }
 
 // withDefaults checks o and fills in its zero values.
@@ -121,6 +126,13 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.clock == nil {
+		// Monotonic, not the wall clock: a receiver judges ages by
+		// differences of one sender's readings, which an NTP step of
+		// either clock would otherwise shift by the size of the step.
+		epoch := time.Now()
+		o.clock = func() int64 { return int64(time.Since(epoch)) }
 	}
 	return o, nil
 }

@@ -14,6 +14,10 @@ type Hello struct {
 	Cluster string
 	// Node is the sender's node name, as registered.
 	Node string
+	// Version is the newest frame version the sender reads. 0, from an
+	// older node or a transport that does not carry it, means 1: the
+	// other end then writes version 1 frames only.
+	Version int
 }
 
 // Stream is one long-lived bidirectional stream between two nodes, carrying
