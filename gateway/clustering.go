@@ -90,7 +90,6 @@ func clusterStats(c *cluster.Cluster) web.ClusterStats {
 		}
 	}
 	for _, p := range cs.Peers {
-		d := c.Deliveries(p.Node)
 		out.Peers = append(out.Peers, web.PeerStats{
 			Node: p.Node, Up: p.Connected, Available: p.Available,
 			Breaker: p.Breaker.String(), BreakerOpens: p.Opens,
@@ -99,9 +98,9 @@ func clusterStats(c *cluster.Cluster) web.ClusterStats {
 			SentFrames: p.SentFrames, SentRecords: p.SentRecords, SentBytes: p.SentBytes,
 			RecvFrames: p.RecvFrames, RecvRecords: p.RecvRecords, RecvBytes: p.RecvBytes,
 			Dropped: p.Dropped, Rejected: p.Rejected, Late: p.Late, LateAccepted: p.LateAccepted,
-			Deliveries: d.Sent.Load(), Accepted: d.Accepted.Load(), NotHere: d.NotHere.Load(),
-			Timeouts: d.Timeouts.Load(), Broken: d.Broken.Load(), Refused: d.Refused.Load(),
-			RemoteErrors: d.RemoteErrors.Load(),
+			Deliveries: p.Deliveries, Accepted: p.Accepted, NotHere: p.NotHere,
+			Timeouts: p.Timeouts, Broken: p.Broken, Refused: p.Refused,
+			RemoteErrors: p.RemoteErrors,
 		})
 	}
 	return out

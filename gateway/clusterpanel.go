@@ -98,9 +98,8 @@ func peerNode(cn *web.ClusterNode, p cluster.PeerStats) {
 	switch {
 	case p.Available:
 		cn.Health = health.OK.String()
-	case p.Connected:
-		cn.Health, cn.Reason = health.Degraded.String(), "breaker "+p.Breaker.String()
 	default:
-		cn.Health, cn.Reason = health.Degraded.String(), cmp.Or(p.LastError, "no stream")
+		// In words; the raw error stays in LastError, for the detail.
+		cn.Health, cn.Reason = health.Degraded.String(), cmp.Or(p.Problem, p.LastError, "no stream")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -43,18 +44,20 @@ func (c *crashTracker) addCopy(seq uint64, dup bool) {
 	c.mu.Unlock()
 }
 
-// plainDuplicates counts the messages received more than once without DUP:
-// of the copies of one message, all but the first must say DUP.
-func (c *crashTracker) plainDuplicates() int {
+// plainDuplicates counts the messages below limit received more than once
+// without DUP: of the copies of one message, all but the first must say
+// DUP.
+func (c *crashTracker) plainDuplicates(limit uint64) (n int, which []uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := 0
-	for _, k := range c.plain {
-		if k > 1 {
+	for seq, k := range c.plain {
+		if k > 1 && seq < limit {
 			n++
+			which = append(which, seq)
 		}
 	}
-	return n
+	slices.Sort(which)
+	return n, which
 }
 
 func (c *crashTracker) missing(acked []uint64) (missing int, dups int) {

@@ -272,14 +272,7 @@ func (c *Cluster) CheckPeers(context.Context) error {
 		if p.Available {
 			continue
 		}
-		why := "no stream yet"
-		switch {
-		case p.Connected:
-			why = "breaker " + p.Breaker.String()
-		case p.LastError != "":
-			why = p.LastError
-		}
-		down = append(down, p.Node+": "+why)
+		down = append(down, p.Node+": "+cmp.Or(p.Problem, p.LastError, "no stream yet"))
 	}
 	if len(down) > 0 {
 		return fmt.Errorf("cannot reach %s", strings.Join(down, "; "))
@@ -358,10 +351,6 @@ func (c *Cluster) Registry() *registry.Registry { return c.node.reg }
 // LeadsEtcd reports whether this gateway's embedded etcd member is the
 // etcd leader (false with external etcd).
 func (c *Cluster) LeadsEtcd() bool { return c.member != nil && c.member.IsLeader() }
-
-// Deliveries returns the outcome counts of the directed deliveries to
-// node.
-func (c *Cluster) Deliveries(node string) *DeliveryCounts { return c.tr.counts.of(node) }
 
 // etcdLogger sends the etcd client's warnings and errors to log (they
 // used to be discarded): a client that cannot reach any endpoint says so.
