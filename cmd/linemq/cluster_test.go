@@ -505,3 +505,46 @@ func countBelow(t *crashTracker, lo, hi uint64) int {
 	}
 	return n
 }
+
+// TestClusterLineStopsTogether: a whole line told to stop at once (a
+// cabinet switched off by its breaker with a UPS, systemctl stop on every
+// gateway) stops within the documented 5 s on every gateway, the last one
+// included, although its etcd quorum goes away under it.
+func TestClusterLineStopsTogether(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes and an etcd quorum")
+	}
+	c := startCluster3(t)
+	var clients []*mqttConn
+	for i := range 3 {
+		w, _, err := dialMQTT(c.addrs[i], fmt.Sprint("w", i+1), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, w)
+	}
+	defer func() {
+		for _, w := range clients {
+			w.nc.Close()
+		}
+	}()
+	at := time.Now()
+	for i := range 3 {
+		c.ds[i].cmd.Process.Signal(syscall.SIGTERM)
+	}
+	var took [3]time.Duration
+	for i := range 3 {
+		select {
+		case <-c.ds[i].exited:
+			took[i] = time.Since(at)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("node %d still running 30 s after SIGTERM", i+1)
+		}
+	}
+	t.Logf("stopped after %v, %v and %v", took[0].Round(time.Millisecond), took[1].Round(time.Millisecond), took[2].Round(time.Millisecond))
+	for i, d := range took {
+		if d > 5*time.Second {
+			t.Errorf("node %d took %v to stop (the bound is 5 s)", i+1, d.Round(time.Millisecond))
+		}
+	}
+}

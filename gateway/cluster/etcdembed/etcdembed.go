@@ -316,11 +316,38 @@ func (m *Member) IsLeader() bool {
 	return m.etcd.Server.Leader() == m.etcd.Server.MemberID()
 }
 
-// Close stops the member. It is safe to call more than once. Clients still
-// connected delay it (etcd lets their requests finish, up to its request
-// timeout), so close the gateway's own clients first.
+// CloseTimeout bounds how long Close waits for the member to stop
+// gracefully (a leader hands its leadership to a member still running,
+// clients' requests finish) before it stops the member outright. etcd's
+// own bound is its request timeout, 10 s with the gateway's election
+// timeout: a whole line stopping together would wait that long for a
+// transfer to members already gone, past the 5 s a service manager gives.
+const CloseTimeout = 1500 * time.Millisecond
+
+// Close stops the member, gracefully within CloseTimeout and outright
+// after it. It is safe to call more than once. Clients still connected
+// delay it, so close the gateway's own clients first.
 func (m *Member) Close() {
-	m.closeOnce.Do(m.etcd.Close)
+	m.closeOnce.Do(func() {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			m.etcd.Close()
+		}()
+		select {
+		case <-done:
+			return
+		case <-time.After(CloseTimeout):
+		}
+		// Stopping the server ends a leadership transfer still waiting
+		// (its context ends with the server), and the rest of Close
+		// goes on from there.
+		m.etcd.Server.HardStop()
+		for _, l := range m.etcd.Clients {
+			l.Close() // connections of other gateways' clients
+		}
+		<-done
+	})
 }
 
 func or(s, def string) string {

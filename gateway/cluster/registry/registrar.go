@@ -181,8 +181,15 @@ func (g *registrar) register() error {
 }
 
 // revoke revokes a lease, best effort: an unreachable etcd lets it expire.
-func (g *registrar) revoke(id clientv3.LeaseID) {
-	ctx, cancel := context.WithTimeout(context.Background(), g.r.opts.RequestTimeout)
+func (g *registrar) revoke(id clientv3.LeaseID) { g.revokeWithin(id, g.r.opts.RequestTimeout) }
+
+// shutdownRevokeTimeout bounds the revocation of the lease when the
+// registry closes.
+const shutdownRevokeTimeout = time.Second
+
+// revokeWithin revokes a lease, giving up after d.
+func (g *registrar) revokeWithin(id clientv3.LeaseID, d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), min(d, g.r.opts.RequestTimeout))
 	defer cancel()
 	if _, err := g.r.cli.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		g.r.log.Debug("revoking lease failed; it will expire", "lease", fmt.Sprintf("%x", id), "err", err)
@@ -637,13 +644,15 @@ func (g *registrar) shutdown() {
 		o.w.complete(0, ErrClosed)
 	}
 	g.waiting, g.claims = nil, nil
+	// Bounded: with the quorum gone (a whole line stopping together) the
+	// revocation cannot succeed, and the lease expires by itself.
 	if g.sess != nil {
 		g.sess.Orphan()
-		g.revoke(g.sess.Lease())
+		g.revokeWithin(g.sess.Lease(), shutdownRevokeTimeout)
 		g.sess = nil
 	}
 	for _, id := range g.oldLeases {
-		g.revoke(id)
+		g.revokeWithin(id, shutdownRevokeTimeout)
 	}
 	g.r.lease.Store(0)
 }
