@@ -233,22 +233,14 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	if g.cluster != nil {
-		// The MQTT listeners open only once this node knows the others.
+		// Bound before the listeners serve: a CONNECT is claimed through it.
 		if err = g.cluster.Bind(srv); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
-		select {
-		case <-g.cluster.Ready():
-		case <-ctx.Done():
-			return nil, fmt.Errorf("gateway: cluster: registry not ready: %w", ctx.Err())
-		}
-		// Polled from now on (the first answer at once): before Ready
-		// the gateway serves nothing, and its page says not ready.
-		if err = clusterChecks(g.cluster, g.health); err != nil {
-			return nil, fmt.Errorf("gateway: %w", err)
-		}
 	}
-
+	// The listeners serve from now on; in a cluster, a CONNECT before
+	// this node knows the others waits for that (up to the claim bound)
+	// and is then refused with 0x88, never left unanswered.
 	if g.mqtt != nil {
 		g.serve("mqtt", g.mqtt)
 		g.health.Set("listener.mqtt", health.OK, "accepting on "+g.mqtt.Addr().String())
@@ -257,6 +249,18 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		name := fmt.Sprintf("%s.%s", l.Type(), l.Addr())
 		g.serve(string(l.Type()), l)
 		g.health.Set("listener."+name, health.OK, "accepting on "+l.URL())
+	}
+	if g.cluster != nil {
+		select {
+		case <-g.cluster.Ready():
+		case <-ctx.Done():
+			return nil, fmt.Errorf("gateway: cluster: registry not ready: %w", ctx.Err())
+		}
+		// Polled from now on (the first answer at once): before Ready
+		// the page says not ready.
+		if err = clusterChecks(g.cluster, g.health); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
 	}
 	if g.web != nil {
 		g.web.Start()

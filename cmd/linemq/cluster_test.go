@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/broker/packet"
 )
 
@@ -547,4 +548,52 @@ func TestClusterLineStopsTogether(t *testing.T) {
 			t.Errorf("node %d took %v to stop (the bound is 5 s)", i+1, d.Round(time.Millisecond))
 		}
 	}
+}
+
+// TestClusterConnectBeforeReady: a gateway whose line is not there yet
+// (the first of three started, no etcd quorum) accepts TCP on its MQTT
+// port; a CONNECT then is answered, 0x88 Server unavailable within the
+// claim bound, never left waiting in the backlog for as long as the start
+// takes.
+func TestClusterConnectBeforeReady(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes and an etcd member")
+	}
+	c := &cluster3{t: t, dir: t.TempDir()}
+	for i := range 3 {
+		c.peers[i], c.clients[i] = "http://"+freeAddr(t), "http://"+freeAddr(t)
+		if i > 0 {
+			c.ic += ","
+		}
+		c.ic += fmt.Sprintf("n%d=%s", i+1, c.peers[i])
+	}
+	mqttAddr := freeAddr(t)
+	args := c.args(0)
+	args[slices.Index(args, "-mqtt-listen")+1] = mqttAddr
+	d := start(t, args...)
+	d.waitLine(t, regexp.MustCompile(`waiting for the cluster registry`), 30*time.Second)
+	at := time.Now()
+	var nc net.Conn
+	if !waitFor(10*time.Second, func() bool {
+		var err error
+		nc, err = net.DialTimeout("tcp", mqttAddr, time.Second)
+		return err == nil
+	}) {
+		t.Fatal("the MQTT port does not accept TCP while the gateway starts")
+	}
+	defer nc.Close()
+	cl := &brokertest.Client{Conn: nc, Version: packet.V5}
+	cp := packet.Connect{ProtocolName: []byte("MQTT"), Version: packet.V5, ClientID: []byte("early"), CleanStart: true}
+	if _, err := nc.Write(cp.Append(nil)); err != nil {
+		t.Fatal(err)
+	}
+	h, body, err := cl.Read(5 * time.Second)
+	if err != nil || h.Type != packet.CONNACK {
+		t.Fatalf("no CONNACK within 5 s of a CONNECT before ready: %v", err)
+	}
+	var ca packet.Connack
+	if err := ca.Decode(packet.V5, body); err != nil || ca.Reason != packet.ServerUnavailable {
+		t.Fatalf("CONNACK %v (%v), want 0x88 Server unavailable", ca.Reason, err)
+	}
+	t.Logf("CONNACK 0x88 %v after the CONNECT", time.Since(at).Round(time.Millisecond))
 }

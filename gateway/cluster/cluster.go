@@ -210,6 +210,7 @@ func (c *Cluster) Bind(srv broker.ClusterInbound) error {
 			return
 		}
 		c.node.Reconcile(ctx)
+		c.node.markReady()
 		// This gateway belongs to the line from now on, also when it is
 		// down: the others list it as missing until it is forgotten.
 		mctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -67,6 +67,11 @@ type Node struct {
 	// names as its predecessor (see HandleEvent).
 	claimMu sync.Mutex
 	claimed map[string]int64
+
+	// ready is closed once the node knows the others and has settled its
+	// restored sessions: a CONNECT before then waits for it (Claim).
+	ready     chan struct{}
+	readyOnce sync.Once
 }
 
 // NodeOptions configure a Node made with NewNode.
@@ -99,6 +104,7 @@ func NewNode(o NodeOptions) (*Node, error) {
 // registry starts.
 func (n *Node) init(ro registry.Options) error {
 	n.claimed = map[string]int64{}
+	n.ready = make(chan struct{})
 	ro.OnEvent = n.HandleEvent
 	reg, err := registry.New(ro)
 	if err != nil {
@@ -120,8 +126,15 @@ func (n *Node) Bind(srv broker.ClusterInbound) error {
 	if err := n.reg.Start(); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
+	go func() {
+		<-n.reg.Ready()
+		n.markReady()
+	}()
 	return nil
 }
+
+// markReady lets CONNECTs through Claim.
+func (n *Node) markReady() { n.readyOnce.Do(func() { close(n.ready) }) }
 
 func (n *Node) bind(srv broker.ClusterInbound) error {
 	if n.srv != nil {
@@ -182,6 +195,14 @@ func (n *Node) Unsubscribed(clientID, filter string) broker.Registration {
 // If the old node cannot hand it over, the CONNECT is refused (0x88)
 // rather than served an empty session.
 func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool) error {
+	select {
+	case <-n.ready:
+	case <-ctx.Done():
+		// The listeners accept before the node is ready, so that a
+		// CONNECT is answered (0x88, try again) rather than left
+		// waiting in the kernel's backlog for as long as the start takes.
+		return errNotReady
+	}
 	adopted := false
 	o, ok := n.reg.SessionOwner(clientID)
 	if !cleanStart {
@@ -230,6 +251,9 @@ func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool) erro
 	}
 	return err
 }
+
+// errNotReady refuses a CONNECT that came before the node was ready.
+var errNotReady = errors.New("cluster: this gateway is still joining its line")
 
 // Reconcile settles the sessions the broker restored from its store with
 // what the registry says once it is loaded: a session another node owns
