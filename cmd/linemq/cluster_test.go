@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -112,10 +116,15 @@ type cluster3 struct {
 	ic      string
 	ds      [3]*daemon
 	addrs   [3]string // MQTT
+	https   [3]string // the status pages, with -http-listen in extra
+	extra   []string  // flags every node gets besides the cluster's
 }
 
-func startCluster3(t *testing.T) *cluster3 {
-	c := &cluster3{t: t, dir: t.TempDir()}
+// readyAddrsRE reads both addresses of a ready line.
+var readyAddrsRE = regexp.MustCompile(`msg=ready .*mqtt=(\S+)(?: http=(\S+))?`)
+
+func startCluster3(t *testing.T, extra ...string) *cluster3 {
+	c := &cluster3{t: t, dir: t.TempDir(), extra: extra}
 	for i := range 3 {
 		c.peers[i], c.clients[i] = "http://"+freeAddr(t), "http://"+freeAddr(t)
 		if i > 0 {
@@ -127,22 +136,29 @@ func startCluster3(t *testing.T) *cluster3 {
 		c.ds[i] = start(t, c.args(i)...)
 	}
 	for i := range 3 {
-		c.addrs[i] = c.ds[i].waitLine(t, readyRE, 60*time.Second)[1]
+		c.ready(i)
 	}
 	return c
 }
 
+// ready waits for node i's ready line and records its addresses.
+func (c *cluster3) ready(i int) {
+	m := c.ds[i].waitLine(c.t, readyAddrsRE, 60*time.Second)
+	c.addrs[i], c.https[i] = m[1], m[2]
+}
+
 func (c *cluster3) args(i int) []string {
-	return []string{"-node-id", fmt.Sprint("n", i+1), "-data-dir", filepath.Join(c.dir, fmt.Sprint("n", i+1)),
+	args := []string{"-node-id", fmt.Sprint("n", i+1), "-data-dir", filepath.Join(c.dir, fmt.Sprint("n", i+1)),
 		"-mqtt-listen", "127.0.0.1:0", "-http-listen", "", "-cluster-listen", "127.0.0.1:0",
 		"-etcd-embed", "-etcd-peer-listen", c.peers[i], "-etcd-client-listen", c.clients[i], "-etcd-initial-cluster", c.ic}
+	return append(args, c.extra...)
 }
 
 // restart starts node i again on its data directory, once it has exited.
 func (c *cluster3) restart(i int) {
 	<-c.ds[i].exited
 	c.ds[i] = start(c.t, c.args(i)...)
-	c.addrs[i] = c.ds[i].waitLine(c.t, readyRE, 60*time.Second)[1]
+	c.ready(i)
 }
 
 // leader returns the index of the node whose etcd member leads.
@@ -596,4 +612,84 @@ func TestClusterConnectBeforeReady(t *testing.T) {
 		t.Fatalf("CONNACK %v (%v), want 0x88 Server unavailable", ca.Reason, err)
 	}
 	t.Logf("CONNACK 0x88 %v after the CONNECT", time.Since(at).Round(time.Millisecond))
+}
+
+// TestClusterMissingGateway: a gateway killed and never brought back is
+// told, not forgotten: 60 s later (its lease long expired) every other
+// gateway still lists it as missing, by name, in /api/v1/cluster and
+// /metrics, the cluster health check names it (/readyz's body too, while
+// the gateway itself stays ready: it serves), and the etcd panel lists
+// every member with the quorum margin in words.
+func TestClusterMissingGateway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes and an etcd quorum; a minute")
+	}
+	c := startCluster3(t, "-http-listen", "127.0.0.1:0")
+	killed := time.Now()
+	c.ds[1].cmd.Process.Kill()
+	time.Sleep(time.Until(killed.Add(60 * time.Second))) // the figure is "still there a minute later"
+	for _, i := range []int{0, 2} {
+		base := "http://" + c.https[i]
+		var panel struct {
+			Nodes []struct {
+				Name         string     `json:"name"`
+				Missing      bool       `json:"missing"`
+				MissingSince *time.Time `json:"missing_since"`
+			} `json:"nodes"`
+			Etcd struct {
+				Margin    string `json:"margin"`
+				Endpoints []struct {
+					Member string `json:"member"`
+					Up     bool   `json:"up"`
+				} `json:"endpoints"`
+			} `json:"etcd"`
+		}
+		getJSON(t, base+"/api/v1/cluster", &panel)
+		found := false
+		for _, n := range panel.Nodes {
+			if n.Name == "n2" {
+				found = n.Missing && n.MissingSince != nil
+				if found {
+					t.Logf("node %d: n2 missing since %v (killed at %v)", i+1, n.MissingSince.Round(time.Millisecond), killed.UTC().Round(time.Millisecond))
+				}
+			}
+		}
+		if !found {
+			t.Errorf("node %d: /api/v1/cluster does not list n2 as missing 60 s after its kill: %+v", i+1, panel.Nodes)
+		}
+		if !strings.Contains(panel.Etcd.Margin, "2 of 3 up") || len(panel.Etcd.Endpoints) != 3 {
+			t.Errorf("node %d: etcd margin %q with %d members listed, want 2 of 3 up and all 3 listed", i+1, panel.Etcd.Margin, len(panel.Etcd.Endpoints))
+		}
+		ready := getText(t, base+"/readyz")
+		if !strings.Contains(ready, "cluster: degraded: n2 missing since") {
+			t.Errorf("node %d: /readyz does not name the missing gateway:\n%s", i+1, ready)
+		}
+		metrics := getText(t, base+"/metrics")
+		if !strings.Contains(metrics, `linemq_cluster_nodes{state="missing"} 1`) {
+			t.Errorf("node %d: /metrics has no linemq_cluster_nodes{state=\"missing\"} 1", i+1)
+		}
+	}
+}
+
+// getJSON decodes the JSON at url into v.
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(getText(t, url)), v); err != nil {
+		t.Fatalf("%s: %v", url, err)
+	}
+}
+
+// getText returns the body at url, whatever its status.
+func getText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("%s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s: %v", url, err)
+	}
+	return string(b)
 }

@@ -83,6 +83,9 @@ func (s *Server) judge(g *broker.GroupStats, tr *groupTrack, clients map[string]
 	for _, m := range g.MemberStats {
 		cs := clients[m.ClientID]
 		mv := memberView{MemberStats: m, Node: node, SessionInFlight: cs.InFlight, ReceiveMaximum: cs.ReceiveMaximum}
+		if m.Node != "" {
+			mv.Node = m.Node // another node holds its session
+		}
 		if tr != nil {
 			mv.DeliveredRate = tr.memberRate[m.ClientID]
 			if since, ok := tr.fullSince[m.ClientID]; ok && windowFull(cs) {

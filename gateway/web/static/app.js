@@ -231,14 +231,15 @@
       h("td", { class: "mono" }, n.name, n.self ? h("span", { class: "muted" }, " (this)") : null),
       h("td", { class: "mono" }, n.address || "–"),
       h("td", null, n.version || "–"),
-      h("td", { title: n.reason || "" }, h("span", { class: "dot " + n.health }), " " + n.health),
+      h("td", { title: n.reason || "" }, h("span", { class: "dot " + n.health }),
+        n.missing ? " missing for " + fmtAgo(n.missing_since).replace(" ago", "") : " " + n.health),
       h("td", null, n.self ? "–" : n.breaker || "–"),
       h("td", { class: "num", title: "largest " + ms(n.rtt_max_seconds) }, n.self ? "–" : ms(n.rtt_seconds)),
-      h("td", { class: "why" }, n.health === "ok" ? "" : n.reason || n.last_error || "")));
+      h("td", { class: "why", title: n.last_error || "" }, n.health === "ok" ? "" : n.reason || n.last_error || "")));
     const r = c.registry || {}, e = c.etcd || {};
-    const eps = (e.endpoints || []).map((p) => h("li", { class: p.error ? "bad" : null },
+    const eps = (e.endpoints || []).map((p) => h("li", { class: p.up === false || p.error ? "bad" : null, title: p.error || "" },
       h("span", { class: "mono" }, p.member || p.endpoint), p.leader ? " leader" : "",
-      p.error ? " · " + p.error : " · " + (p.version || "") + " · " + fmtBytes(p.db_size_bytes) + " · term " + p.raft_term + " · " + ms(p.rtt_seconds)));
+      p.up === false ? " · down" : p.error ? " · " + p.error : " · up · " + (p.version || "") + " · " + fmtBytes(p.db_size_bytes) + " · term " + p.raft_term + " · " + ms(p.rtt_seconds)));
     patchChildren(box, [
       h("div", { class: "table-wrap" }, h("table", { class: "nodes" },
         h("thead", null, h("tr", null, ["Node", "Address", "Version", "Health", "Breaker", "Round trip", ""].map((t, i) => h("th", { class: i === 5 ? "num" : null }, t)))),
@@ -248,7 +249,7 @@
           (r.state || "–") + " · rev " + fmtInt(r.revision) + " · lag " + ms(r.lag_seconds) + " (max " + ms(r.lag_max_seconds) + ")"),
         h("dt", null, "Registered"), h("dd", null, fmtInt(r.members) + " members · " + fmtInt(r.routes) + " routes · " + fmtInt(r.sessions) + " sessions"),
         h("dt", null, "etcd"), h("dd", { class: e.healthy ? null : "bad", title: e.error || "" },
-          (e.healthy ? "healthy" : "unhealthy") + " · leader " + (e.leader || "none") + " · checked " + fmtAgo(e.checked))),
+          (e.margin || (e.healthy ? "healthy" : "unhealthy")) + " · leader " + (e.leader || "none") + " · checked " + fmtAgo(e.checked))),
       h("ul", { class: "endpoints" }, eps),
     ]);
   }
