@@ -669,6 +669,50 @@ func TestClusterMissingGateway(t *testing.T) {
 			t.Errorf("node %d: /metrics has no linemq_cluster_nodes{state=\"missing\"} 1", i+1)
 		}
 	}
+
+	// Taken out of the line on purpose: its etcd member removed, then
+	// `linemq cluster forget`; the others stop listing it.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.clients[0]}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ml.Members {
+		if m.Name == "n2" {
+			if _, err := cli.MemberRemove(ctx, m.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var out, errOut strings.Builder
+	if rc := run([]string{"cluster", "forget", "-etcd-endpoints", c.clients[0], "n2"}, &out, &errOut); rc != 0 {
+		t.Fatalf("linemq cluster forget n2: exit %d: %s", rc, errOut.String())
+	}
+	t.Log(strings.TrimSpace(out.String()))
+	for _, i := range []int{0, 2} {
+		if !waitFor(15*time.Second, func() bool {
+			return !strings.Contains(getText(t, "http://"+c.https[i]+"/api/v1/cluster"), `"name":"n2"`)
+		}) {
+			t.Errorf("node %d still lists n2 after it was forgotten", i+1)
+		}
+		// The health check is polled every second.
+		var ready string
+		if !waitFor(5*time.Second, func() bool {
+			ready = getText(t, "http://"+c.https[i]+"/readyz")
+			return !strings.Contains(ready, "n2")
+		}) {
+			t.Errorf("node %d: /readyz still names n2: %q", i+1, ready)
+		}
+	}
+	if rc := run([]string{"cluster", "forget", "-etcd-endpoints", c.clients[0], "n2"}, &out, &errOut); rc != 1 {
+		t.Errorf("forgetting n2 twice: exit %d, want 1 (not in the line)", rc)
+	}
 }
 
 // getJSON decodes the JSON at url into v.

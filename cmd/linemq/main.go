@@ -77,6 +77,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "db" {
 		return runDB(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "cluster" {
+		return runCluster(args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "passwd" {
 		return runPasswd(args[1:], os.Stdin, stdout, stderr)
 	}
@@ -194,6 +197,9 @@ const usage = `Usage:
   linemq [-config FILE] [flags]    run the broker
   linemq db check|compact [FILE]   check or compact the database offline
                                    (linemq db -h for its flags)
+  linemq cluster forget -etcd-endpoints URLS NODE
+                                   take a gateway out of the line on purpose
+                                   (the others stop listing it as missing)
   linemq passwd [-c] FILE USER     add or change a user in a password file
                                    (Mosquitto's format; linemq passwd -h)
   linemq -version                  print the version

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/linemq/linemq/gateway/cluster/registry"
 )
@@ -157,10 +158,17 @@ func readLine(ctx context.Context, cli *clientv3.Client, prefix string) ([]strin
 
 // ForgetNode removes a gateway from the line on purpose (it was taken out
 // of service or replaced under another name), so that no node reports it
-// missing any more: its line/ entry is deleted. With embedded etcd, remove
-// its member too (etcdctl member remove), or it is listed again from the
-// member list. cluster is the cluster's name ("" for the default).
-func ForgetNode(ctx context.Context, cli *clientv3.Client, cluster, node string) (bool, error) {
+// missing any more: its line/ entry is deleted, through a client of its
+// own to endpoints. With embedded etcd, remove its member too (etcdctl
+// member remove), or it is listed again from the member list. cluster is
+// the cluster's name ("" for the default). It reports whether the node was
+// in the line.
+func ForgetNode(ctx context.Context, endpoints []string, cluster, node string) (bool, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), Context: ctx})
+	if err != nil {
+		return false, err
+	}
+	defer cli.Close()
 	resp, err := cli.Delete(ctx, lineKey(registry.DefaultPrefix(orDefault(cluster)), node))
 	if err != nil {
 		return false, err

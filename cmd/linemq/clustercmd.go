@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/linemq/linemq/gateway/cluster"
+	"github.com/linemq/linemq/gateway/config"
+)
+
+// runCluster is `linemq cluster ...`: operations on a line from any
+// machine that reaches its etcd. Today one: forget, which takes a gateway
+// out of the line on purpose so that no gateway reports it missing.
+func runCluster(args []string, stdout, stderr io.Writer) int {
+	usage := func() {
+		fmt.Fprint(stderr, `usage: linemq cluster forget -etcd-endpoints URLS [-cluster NAME] NODE
+
+forget takes NODE out of the line on purpose (a gateway taken out of
+service, or replaced under another name): the other gateways stop listing
+it as missing. A gateway that registers again is back in the line. With
+embedded etcd, remove its member too (etcdctl member remove), or the
+member list names it again.
+`)
+	}
+	if len(args) == 0 || args[0] != "forget" {
+		usage()
+		return 2
+	}
+	fs := flag.NewFlagSet("linemq cluster forget", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = usage
+	endpoints := fs.String("etcd-endpoints", "", "comma-separated client `URLS` of the line's etcd (any gateway's -etcd-client-listen)")
+	name := fs.String("cluster", config.DefaultClusterName, "the cluster's `NAME` (cluster.name)")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() != 1 || *endpoints == "" {
+		usage()
+		return 2
+	}
+	node := fs.Arg(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	removed, err := cluster.ForgetNode(ctx, strings.Split(*endpoints, ","), *name, node)
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "linemq cluster forget: %v\n", err)
+		return 1
+	case !removed:
+		fmt.Fprintf(stderr, "linemq cluster forget: %q is not in the line (no gateway of that name ever registered)\n", node)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s is no longer part of the line; the gateways stop listing it as missing within 5 s\n", node)
+	return 0
+}
