@@ -133,11 +133,13 @@ type Holds struct {
 	GapMin, GapMax             time.Duration // calm between two faults
 }
 
-// DefaultHolds are the ranges of the brief: a frozen node 2 to 15 s.
+// DefaultHolds: a node frozen or cut off 2 or 3 to 15 s, so that some
+// outlast the 10 s lease of its etcd registrations (after which another
+// node takes its clients' sessions up) and some do not.
 var DefaultHolds = Holds{
 	KillMin: 1 * time.Second, KillMax: 5 * time.Second,
 	StopMin: 2 * time.Second, StopMax: 15 * time.Second,
-	PartitionMin: 3 * time.Second, PartitionMax: 12 * time.Second,
+	PartitionMin: 3 * time.Second, PartitionMax: 15 * time.Second,
 	GapMin: 2 * time.Second, GapMax: 5 * time.Second,
 }
 
