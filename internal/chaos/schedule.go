@@ -133,11 +133,12 @@ type Holds struct {
 	GapMin, GapMax             time.Duration // calm between two faults
 }
 
-// DefaultHolds: a node frozen or cut off 2 or 3 to 15 s, so that some
-// outlast the 10 s lease of its etcd registrations (after which another
-// node takes its clients' sessions up) and some do not.
+// DefaultHolds: a node dead, frozen or cut off 1 to 3 s up to 15 s, so
+// that some outlast the 10 s lease of its etcd registrations (after which
+// another node takes its clients' sessions up, and the node must let them
+// go when it is back) and some do not.
 var DefaultHolds = Holds{
-	KillMin: 1 * time.Second, KillMax: 5 * time.Second,
+	KillMin: 1 * time.Second, KillMax: 15 * time.Second,
 	StopMin: 2 * time.Second, StopMax: 15 * time.Second,
 	PartitionMin: 3 * time.Second, PartitionMax: 15 * time.Second,
 	GapMin: 2 * time.Second, GapMax: 5 * time.Second,
