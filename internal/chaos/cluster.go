@@ -1,0 +1,226 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// readyRE matches the line linemq logs once it serves, with its MQTT
+// address.
+var readyRE = regexp.MustCompile(`msg=ready .*mqtt=(\S+)`)
+
+// readyTimeout bounds a node's start: an embedded etcd member waits for a
+// quorum before the gateway is ready.
+const readyTimeout = 60 * time.Second
+
+// configName is the configuration file every node reads, in the run's
+// directory.
+const configName = "linemq.yaml"
+
+// config lets anonymous clients in from anywhere: in namespaces the
+// harness is not on the nodes' loopback, where linemq admits anonymous
+// clients by default (docs/security.md).
+const config = "auth:\n  allow_anonymous: true\n"
+
+// proc is one run of a linemq process.
+type proc struct {
+	cmd    *os.Process
+	exited chan struct{} // closed once it has exited and its output is read
+	ready  chan string   // its MQTT address, once it logged ready
+}
+
+// cluster is the three linemq processes of a run.
+type cluster struct {
+	bin  string
+	dir  string
+	topo Topology
+
+	mu    sync.Mutex
+	procs [3]*proc
+	addrs [3]string // MQTT; "" while the node is not serving
+}
+
+// args is node i's command line.
+func (c *cluster) args(i int) []string {
+	return append([]string{"-config", filepath.Join(c.dir, configName), "-node-id", fmt.Sprint("n", i+1), "-data-dir", filepath.Join(c.dir, fmt.Sprint("n", i+1)),
+		"-http-listen", "", "-etcd-embed"}, c.topo.Args(i)...)
+}
+
+// start starts node i; its log goes to <dir>/n<i>.log, appended over its
+// restarts.
+func (c *cluster) start(i int) (*proc, error) {
+	logf, err := os.OpenFile(filepath.Join(c.dir, fmt.Sprintf("n%d.log", i+1)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(logf, "==== start %s\n", time.Now().Format(time.RFC3339Nano))
+	cmd := c.topo.Command(i, c.bin, c.args(i))
+	// If the harness itself dies, the node goes with it (and with that
+	// its namespace can be deleted).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	cmd.Stdout = logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	p := &proc{cmd: cmd.Process, exited: make(chan struct{}), ready: make(chan string, 1)}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		announced := false
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(logf, line)
+			if m := readyRE.FindStringSubmatch(line); m != nil && !announced {
+				announced = true
+				p.ready <- m[1]
+			}
+		}
+		cmd.Wait() // after the output is read, as exec requires
+		fmt.Fprintf(logf, "==== exited %s: %v\n", time.Now().Format(time.RFC3339Nano), cmd.ProcessState)
+		logf.Close()
+		close(p.exited)
+	}()
+	c.mu.Lock()
+	c.procs[i] = p
+	c.mu.Unlock()
+	return p, nil
+}
+
+// waitReady waits for p to log ready and publishes its address to the
+// clients.
+func (c *cluster) waitReady(ctx context.Context, i int, p *proc) error {
+	select {
+	case addr := <-p.ready:
+		c.mu.Lock()
+		c.addrs[i] = addr
+		c.mu.Unlock()
+		return nil
+	case <-p.exited:
+		return fmt.Errorf("n%d exited before it was ready (see n%d.log in %s)", i+1, i+1, c.dir)
+	case <-time.After(readyTimeout):
+		return fmt.Errorf("n%d not ready within %v (see n%d.log in %s)", i+1, readyTimeout, i+1, c.dir)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// startAll starts the three nodes at once (a member waits for the others'
+// quorum) and waits for them.
+func (c *cluster) startAll(ctx context.Context) error {
+	if err := os.WriteFile(filepath.Join(c.dir, configName), []byte(config), 0o644); err != nil {
+		return err
+	}
+	var ps [3]*proc
+	for i := range 3 {
+		p, err := c.start(i)
+		if err != nil {
+			return err
+		}
+		ps[i] = p
+	}
+	var errs []error
+	for i := range 3 {
+		errs = append(errs, c.waitReady(ctx, i, ps[i]))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *cluster) mqttAddr(i int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.addrs[i]
+}
+
+func (c *cluster) proc(i int) *proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.procs[i]
+}
+
+// kill SIGKILLs node i and waits for it to be gone.
+func (c *cluster) kill(i int) {
+	p := c.proc(i)
+	c.mu.Lock()
+	c.addrs[i] = ""
+	c.mu.Unlock()
+	p.cmd.Kill()
+	<-p.exited
+}
+
+// signal sends sig to node i.
+func (c *cluster) signal(i int, sig syscall.Signal) error {
+	return c.proc(i).cmd.Signal(sig)
+}
+
+// restart starts node i again on its data directory and waits for it.
+func (c *cluster) restart(ctx context.Context, i int) error {
+	p, err := c.start(i)
+	if err != nil {
+		return err
+	}
+	return c.waitReady(ctx, i, p)
+}
+
+// leader returns the node whose etcd member leads, asking each member's
+// Status until one says it is the leader (an election may be under way).
+func (c *cluster) leader(ctx context.Context) (int, error) {
+	var eps []string
+	for i := range 3 {
+		eps = append(eps, c.topo.EtcdClientURL(i))
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return -1, err
+	}
+	defer cli.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for i, ep := range eps {
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			st, err := cli.Status(sctx, ep)
+			cancel()
+			if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId {
+				return i, nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // polling an election, with a deadline
+	}
+	return -1, errors.New("no etcd leader within 20s")
+}
+
+// stop ends every node: SIGCONT first (a frozen node cannot die of
+// SIGTERM), then SIGKILL: the run is over and its state is not looked at
+// again.
+func (c *cluster) stop() {
+	for i := range 3 {
+		p := c.proc(i)
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.exited:
+			continue
+		default:
+		}
+		p.cmd.Signal(syscall.SIGCONT)
+		p.cmd.Kill()
+		<-p.exited
+	}
+}
