@@ -3,9 +3,10 @@
 // routing to ordinary subscribers and share groups.
 //
 // It knows nothing of etcd, bbolt or GPIO. It defines the small interfaces it
-// consumes (Store, Authenticator, Events, Clock; the cluster's hooks come
-// with the cluster) and the outer
-// packages implement them; nil means the in-memory, single-node default.
+// consumes (Store, Authenticator, Events, Clock, Cluster) and the one it
+// offers a cluster's glue (ClusterInbound, which *Server implements); the
+// outer packages implement the others; nil means the in-memory, single-node
+// default.
 //
 // # Data path
 //
@@ -18,6 +19,53 @@
 // target connection's output buffer; the reader wakes each target's writer
 // once per read, not once per message, and the writer writes everything
 // appended since its last write in one syscall.
+//
+// # The acknowledgement path
+//
+// A PUBACK (or PUBREC) is a promise: what it acknowledges will reach every
+// subscriber entitled to it, whatever fails next. So it leaves only once
+// everything it stands for is done, and the order of a connection's
+// acknowledgements is the order of its publishes [MQTT-4.6.0-2]. The path,
+// in the order a publish travels it:
+//
+//  1. Route. The reader routes the message (router.route): ordinary
+//     sessions and one member per share group. The router's result says
+//     what the acknowledgement must wait for: persisted (a delivery wrote
+//     to the Store), congested (a member past its high-water mark, under
+//     backpressure), remote (directed deliveries to members on other
+//     nodes), refused (a queue was full: 0x97 for a v5 publisher, never an
+//     acknowledgement for something dropped).
+//  2. Held. The acknowledgement is appended to the connection's held list
+//     (heldAck) with those waits; nothing is written yet. The reader goes
+//     on with the other packets of the same read.
+//  3. Group commit. At the end of the read (releaseAcks), if anything was
+//     written to the Store, the read's acknowledgements go to the syncer as
+//     one batch; one goroutine calls Store.Sync for every batch that
+//     arrived since its last call and then lets them go. A connection
+//     whose batch is in the syncer queues later acknowledgements behind
+//     it, even those that need no sync.
+//  4. Remote waits. An acknowledgement whose message went to a member on
+//     another node waits for that node's answer (remoteWait): accepted
+//     means queued to the member's session there, and stored and synced if
+//     the session is persistent. A failed delivery is picked again within
+//     the same pass (repick) without moving the group's cursor; when the
+//     other node may have delivered it all the same (no answer in time, a
+//     broken stream: ErrMaybeDelivered), the new copy is marked to be sent
+//     with DUP. Only a pass with no member able to take it refuses the
+//     message (0x97).
+//  5. Ack order. A waiting acknowledgement (pendingAck) sits in the
+//     connection's acknowledgement queue, and those after it wait behind
+//     it; the writer sends each once it is unblocked. A client's own
+//     message (No Local aside) is held back until the acknowledgement of
+//     its publish has been written (echo), so a client never sees its
+//     message before its PUBACK.
+//
+// A member that leaves its group, a session that ends or is taken over by
+// another node, hands the group messages it still holds to the other
+// members (settle): each stays in the departed session's stored records
+// until another member has it, and one that nobody can take now is tried
+// again with backoff rather than dropped. The acknowledgement already sent
+// for it stays true.
 //
 // # Locks
 //

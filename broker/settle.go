@@ -74,9 +74,11 @@ func (s *settling) place(d delivery) {
 	}
 	var r router
 	r.remote = &remoteWait{settling: true}
-	// A QoS 1 message in flight to the departed member may have reached
-	// it: its new copy carries DUP.
-	ok := g.place(s.srv.maybeDelivered(d.msg, d.sent && d.qos > 0), &r)
+	// Its new copy carries DUP: in flight to the departed member it may
+	// have reached it, and queued it arrives after messages its publisher
+	// sent later, so the member can tell it for what it is, a message the
+	// group handed on, not one out of order.
+	ok := g.place(s.srv.maybeDelivered(d.msg, d.msg.QoS > 0), &r)
 	r.flush()
 	if !ok {
 		s.later(d)

@@ -61,8 +61,8 @@ type Stats struct {
 	ClusterRepicks   uint64 // directed deliveries that failed and were picked again
 	// RepicksMaybeDelivered counts the messages picked again whose
 	// earlier delivery may have reached its member (no answer in time, a
-	// stream broken, a departed member's QoS 1 message in flight): their
-	// new copy carries DUP.
+	// stream broken) and the messages a departed member held, handed to
+	// another: their new copy carries DUP.
 	RepicksMaybeDelivered uint64
 	ClusterNotHere        uint64 // directed deliveries from other nodes for a client not here
 	SessionsHandedOver    uint64 // sessions given to another node where their client resumed them

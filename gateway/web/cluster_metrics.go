@@ -113,7 +113,7 @@ func newClusterCollector(s *Server) *clusterCollector {
 	bs("forwards_total", "Messages forwarded to other nodes' ordinary subscribers (one per node).", func(s *broker.Stats) float64 { return float64(s.ClusterForwards) })
 	bs("delivers_total", "Directed deliveries to share-group members on other nodes.", func(s *broker.Stats) float64 { return float64(s.ClusterDelivers) })
 	bs("repicks_total", "Directed deliveries that failed (not here, timeout, broken) and were picked again.", func(s *broker.Stats) float64 { return float64(s.ClusterRepicks) })
-	bs("repicks_maybe_delivered_total", "Messages picked again for another member after an earlier delivery that may have reached its member (no answer in time, a broken stream, a departed member's QoS 1 in flight): their new copy carries DUP.", func(s *broker.Stats) float64 { return float64(s.RepicksMaybeDelivered) })
+	bs("repicks_maybe_delivered_total", "Messages picked again for another member after an earlier delivery that may have reached its member (no answer in time, a broken stream), and messages a departed member held, handed to another: their new copy carries DUP.", func(s *broker.Stats) float64 { return float64(s.RepicksMaybeDelivered) })
 	bs("not_here_total", "Directed deliveries from other nodes for a client not here.", func(s *broker.Stats) float64 { return float64(s.ClusterNotHere) })
 	bs("sessions_handed_over_total", "Sessions given to another node where their client resumed them.", func(s *broker.Stats) float64 { return float64(s.SessionsHandedOver) })
 	bs("sessions_adopted_total", "Sessions taken from another node for a client resuming here.", func(s *broker.Stats) float64 { return float64(s.SessionsAdopted) })

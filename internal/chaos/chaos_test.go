@@ -252,3 +252,24 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// TestCheckBoundedWait: a publish to a node that could answer waiting past
+// the bound is a violation (a publisher on a node cut off from the others
+// held 3.4 s); one to the node that was itself frozen is not.
+func TestCheckBoundedWait(t *testing.T) {
+	b := newBuilder()
+	b.pub("p1", 1, packet.Success)
+	b.pub("p2", 1, packet.Success)
+	b.s.Publishes[0].Node, b.s.Publishes[0].Sent, b.s.Publishes[0].Acked = 0, b.at(10), b.at(13.4) // cut off: its node answers
+	b.s.Publishes[1].Node, b.s.Publishes[1].Sent, b.s.Publishes[1].Acked = 1, b.at(10), b.at(16)   // its own node frozen
+	faults := []Fault{
+		{Kind: Partition, Victim: 0, Start: b.at(10), End: b.at(14)},
+		{Kind: Stop, Victim: 1, Start: b.at(10), End: b.at(15.5)},
+	}
+	r := Check(b.s, nil, faults, b.t0, Options{})
+	if got := violations(r); got[InvWait] != 1 {
+		var sb strings.Builder
+		r.Write(&sb)
+		t.Fatalf("violations %v, want one %s\n%s", got, InvWait, sb.String())
+	}
+}

@@ -81,6 +81,11 @@ type Options struct {
 	// publishes sent just after a node came back are still the fault's.
 	// Default 2 s.
 	Settle time.Duration
+	// WaitBound is the longest a publish to a node that can answer may
+	// wait for its PUBACK during a fault: the line's pass-over bound
+	// (1.5 s: a missed pong) with room for a group commit and a loaded
+	// machine. Default 2 s.
+	WaitBound time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -89,6 +94,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Settle == 0 {
 		o.Settle = 2 * time.Second
+	}
+	if o.WaitBound == 0 {
+		o.WaitBound = 2 * time.Second
 	}
 	return o
 }
@@ -166,6 +174,7 @@ const (
 	InvDupFlag    = "dup-flagged"
 	InvOrder      = "publisher-order"
 	InvMoved      = "moved-session-present"
+	InvWait       = "bounded-wait"
 )
 
 // missing returns, for each acknowledged message some unit lacks, the
@@ -353,9 +362,42 @@ func Check(s Snapshot, units []Unit, faults []Fault, start time.Time, o Options)
 		}
 	}
 
-	r.Invariants = []Invariant{loss, one, dup, order, moved}
+	// 6. A publish waits at most the pass-over bound, unless its own node
+	// is the one dead or frozen (it cannot answer anyone). A node cut off
+	// from the others still answers its clients, so its publishers count.
+	wait := Invariant{Name: InvWait}
+	for _, p := range s.Publishes {
+		if p.Acked.IsZero() {
+			continue // counted as no PUBACK
+		}
+		if d := p.Acked.Sub(p.Sent); d > o.WaitBound && !silenced(faults, p) {
+			wait.violate("%s/%d to n%d sent at %s waited %.2fs for its PUBACK (bound %v)", p.Msg.Pub, p.Msg.Seq, p.Node+1, rel(p.Sent), d.Seconds(), o.WaitBound)
+		}
+	}
+
+	r.Invariants = []Invariant{loss, one, dup, order, moved, wait}
 	r.PassOver = passOver(s.Publishes, faults, start, o.Settle)
 	return r
+}
+
+// silenced reports whether p's own node was killed, frozen or restarting
+// (or the whole line was) while p waited: such a node answers nobody, and
+// its publishers wait for it by design.
+func silenced(faults []Fault, p Publish) bool {
+	for _, f := range faults {
+		if f.Skipped != "" || f.Start.IsZero() || !p.Sent.Before(f.End) || (!f.Start.Before(p.Acked)) {
+			continue
+		}
+		switch f.Kind {
+		case Line:
+			return true
+		case Kill, Stop, Leader:
+			if f.Victim == p.Node {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // takeoverDeadline is when an older connection on node must be closed,
