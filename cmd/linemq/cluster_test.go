@@ -187,14 +187,15 @@ func (c *cluster3) leader() int {
 // publisher sends tagged QoS 1 messages to one node, one at a time, until
 // stopped or its node goes away, recording those acknowledged.
 type publisher struct {
-	tag    uint64 // payloads are tag*1e9 + seq
-	conn   *mqttConn
-	stop   chan struct{}
-	done   chan struct{}
-	mu     sync.Mutex
-	acked  []uint64
-	sentAt []time.Time // when each publish was sent, and when its PUBACK came
-	ackAt  []time.Time
+	tag     uint64 // payloads are tag*1e9 + seq
+	conn    *mqttConn
+	stop    chan struct{}
+	done    chan struct{}
+	mu      sync.Mutex
+	acked   []uint64
+	refused map[packet.ReasonCode]int // PUBACKs with an error reason
+	sentAt  []time.Time               // when each publish was sent, and when its PUBACK came
+	ackAt   []time.Time
 }
 
 func startPublisher(t *testing.T, addr string, tag uint64) *publisher {
@@ -230,6 +231,11 @@ func startPublisher(t *testing.T, addr string, tag uint64) *publisher {
 			p.sentAt, p.ackAt = append(p.sentAt, sent), append(p.ackAt, time.Now())
 			if a.Reason == packet.Success {
 				p.acked = append(p.acked, tag*1e9+seq)
+			} else {
+				if p.refused == nil {
+					p.refused = map[packet.ReasonCode]int{}
+				}
+				p.refused[a.Reason]++
 			}
 			p.mu.Unlock()
 		}
@@ -261,31 +267,7 @@ func clusterFault(t *testing.T, fault string) {
 	for i := range 3 {
 		workers[i] = startWorker(t, c.addrs[i], fmt.Sprint("w", i+1), true, got)
 	}
-	// Wait until every node routes to all three members: probes from each
-	// node reach every worker.
-	for i := range 3 {
-		probe, _, err := dialMQTT(c.addrs[i], fmt.Sprint("probe", i), true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		deadline := time.Now().Add(30 * time.Second)
-		for n := uint64(1); ; n++ {
-			before := [3]int64{workers[0].n.Load(), workers[1].n.Load(), workers[2].n.Load()}
-			for range 3 {
-				probe.write((&packet.Publish{Topic: []byte("cl/x"), QoS: 1, PacketID: 1, Payload: []byte(strconv.FormatUint(9e12+n, 10))}).Append(nil, packet.V5))
-				probe.read(5 * time.Second)
-			}
-			if waitFor(2*time.Second, func() bool {
-				return workers[0].n.Load() > before[0] && workers[1].n.Load() > before[1] && workers[2].n.Load() > before[2]
-			}) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node %d never routed to every member", i+1)
-			}
-		}
-		probe.nc.Close()
-	}
+	routedEverywhere(t, c, workers)
 
 	var pubs []*publisher
 	for i := range 3 {
@@ -736,4 +718,70 @@ func getText(t *testing.T, url string) string {
 		t.Fatalf("%s: %v", url, err)
 	}
 	return string(b)
+}
+
+// routedEverywhere waits until every node routes to all three members:
+// probes from each node reach every worker.
+func routedEverywhere(t *testing.T, c *cluster3, workers [3]*worker) {
+	t.Helper()
+	for i := range 3 {
+		probe, _, err := dialMQTT(c.addrs[i], fmt.Sprint("probe", i), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for n := uint64(1); ; n++ {
+			before := [3]int64{workers[0].n.Load(), workers[1].n.Load(), workers[2].n.Load()}
+			for range 3 {
+				probe.write((&packet.Publish{Topic: []byte("cl/x"), QoS: 1, PacketID: 1, Payload: []byte(strconv.FormatUint(9e12+n, 10))}).Append(nil, packet.V5))
+				probe.read(5 * time.Second)
+			}
+			if waitFor(2*time.Second, func() bool {
+				return workers[0].n.Load() > before[0] && workers[1].n.Load() > before[1] && workers[2].n.Load() > before[2]
+			}) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d never routed to every member", i+1)
+			}
+		}
+		probe.nc.Close()
+	}
+}
+
+// TestClusterMemberLeaves is issue 21's fourth recipe at process level:
+// while a member on node 2 unsubscribes, publishers on nodes 1 and 3 go on;
+// other members exist and no queue is full, so no publish may be refused
+// (0x97 means full queues).
+func TestClusterMemberLeaves(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes and an etcd quorum")
+	}
+	c := startCluster3(t)
+	got := &crashTracker{seen: map[uint64]int{}}
+	var workers [3]*worker
+	for i := range 3 {
+		workers[i] = startWorker(t, c.addrs[i], fmt.Sprint("w", i+1), true, got)
+	}
+	routedEverywhere(t, c, workers)
+	pubs := []*publisher{startPublisher(t, c.addrs[0], 1), startPublisher(t, c.addrs[2], 3)}
+	time.Sleep(time.Second) // traffic before the member leaves
+	workers[1].conn.write((&packet.Unsubscribe{PacketID: 2, Filters: [][]byte{[]byte("$share/g/cl/#")}}).Append(nil, packet.V5))
+	time.Sleep(2 * time.Second) // traffic while and after it leaves
+	refused := map[packet.ReasonCode]int{}
+	var acked []uint64
+	for _, p := range pubs {
+		acked = append(acked, p.finish()...)
+		for rc, n := range p.refused {
+			refused[rc] += n
+		}
+	}
+	if !waitFor(30*time.Second, func() bool { m, _ := got.missing(acked); return m == 0 }) {
+		m, _ := got.missing(acked)
+		t.Errorf("%d acknowledged messages never delivered", m)
+	}
+	t.Logf("%d acknowledged, refused %v; deliveries per member %d %d %d", len(acked), refused, workers[0].n.Load(), workers[1].n.Load(), workers[2].n.Load())
+	if len(refused) > 0 {
+		t.Errorf("publishes refused while a member left and two others were there: %v", refused)
+	}
 }
