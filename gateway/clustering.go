@@ -89,20 +89,7 @@ func clusterStats(c *cluster.Cluster) web.ClusterStats {
 			out.Up++
 		}
 	}
-	for _, p := range cs.Peers {
-		out.Peers = append(out.Peers, web.PeerStats{
-			Node: p.Node, Up: p.Connected, Available: p.Available,
-			Breaker: p.Breaker.String(), BreakerOpens: p.Opens,
-			RTT: p.RTT, RTTMax: p.RTTMax, PingTimeouts: p.PingTimeouts,
-			Streams: p.Streams, DialErrors: p.DialErrors, Queued: p.Queued, InFlight: p.InFlight,
-			SentFrames: p.SentFrames, SentRecords: p.SentRecords, SentBytes: p.SentBytes,
-			RecvFrames: p.RecvFrames, RecvRecords: p.RecvRecords, RecvBytes: p.RecvBytes,
-			Dropped: p.Dropped, Rejected: p.Rejected, Late: p.Late, LateAccepted: p.LateAccepted,
-			Deliveries: p.Deliveries, Accepted: p.Accepted, NotHere: p.NotHere,
-			Timeouts: p.Timeouts, Broken: p.Broken, Refused: p.Refused,
-			RemoteErrors: p.RemoteErrors,
-		})
-	}
+	out.Peers = cs.Peers
 	return out
 }
 

@@ -25,7 +25,7 @@ func (g *Gateway) clusterStatus() func() any {
 // in memory.
 func (g *Gateway) clusterPanel() web.ClusterPanel {
 	cs := g.cluster.Stats()
-	p := web.ClusterPanel{Cluster: cs.Cluster, Node: cs.Node, Etcd: etcdPanel(cs.Etcd)}
+	p := web.ClusterPanel{Cluster: cs.Cluster, Node: cs.Node, Etcd: cs.Etcd}
 	st := cs.Registry
 	p.Registry = web.ClusterRegistry{
 		State: st.State.String(), Reason: cs.Reason, Revision: st.Revision,
@@ -63,18 +63,6 @@ func (g *Gateway) clusterPanel() web.ClusterPanel {
 	}
 	slices.SortFunc(p.Nodes, func(a, b web.ClusterNode) int { return strings.Compare(a.Name, b.Name) })
 	return p
-}
-
-// etcdPanel is the cluster's etcd status as the page shows it.
-func etcdPanel(e cluster.EtcdStatus) web.EtcdStatus {
-	out := web.EtcdStatus{Healthy: e.Healthy, Leader: e.Leader, Members: e.Members, Up: e.Up, Quorum: e.Quorum,
-		Margin: e.Margin, Checked: e.Checked, Error: e.Error}
-	for _, ep := range e.Endpoints {
-		out.Endpoints = append(out.Endpoints, web.EtcdEndpoint{Endpoint: ep.Endpoint, Member: ep.Member, Up: ep.Up,
-			Leader: ep.Leader, Version: ep.Version, DBSizeBytes: ep.DBSizeBytes, RaftTerm: ep.RaftTerm,
-			RaftIndex: ep.RaftIndex, RTTSeconds: ep.RTTSeconds, Error: ep.Error})
-	}
-	return out
 }
 
 // selfHealth is this node's overall health and its worst check's reason.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/brokertest"
+	"github.com/linemq/linemq/gateway/cluster"
 	"github.com/linemq/linemq/gateway/health"
 )
 
@@ -291,9 +292,10 @@ func newPlant(t *testing.T) *plant {
 						Breaker: "closed", RTTSeconds: 0.00042, RTTMaxSeconds: 0.0031},
 				},
 				Registry: ClusterRegistry{State: "healthy", Revision: 4711, LagSeconds: 0.0021, LagMaxSeconds: 0.012, Nodes: 2, Members: 4, Routes: 3, Sessions: 15},
-				Etcd: EtcdStatus{Healthy: true, Leader: "line3-gw", Checked: time.Now(), Endpoints: []EtcdEndpoint{
-					{Endpoint: "http://10.3.0.11:2379", Member: "line3-gw", Leader: true, Version: "3.5.17", DBSizeBytes: 98304, RaftTerm: 3, RTTSeconds: 0.0008},
-				}},
+				Etcd: cluster.EtcdStatus{Healthy: true, Leader: "line3-gw", Checked: time.Now(), Members: 1, Up: 1, Quorum: 1,
+					Margin: "1 of 1 up: one more failure stops the registry", Endpoints: []cluster.EtcdEndpoint{
+						{Endpoint: "http://10.3.0.11:2379", Member: "line3-gw", Up: true, Leader: true, Version: "3.5.17", DBSizeBytes: 98304, RaftTerm: 3, RTTSeconds: 0.0008},
+					}},
 			}
 		},
 		Bridges: func() []BridgeStats {

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/gateway/peer"
 )
 
 // ClusterStats are a clustered gateway's figures for /metrics: its side of
@@ -14,7 +15,7 @@ import (
 // neither.
 type ClusterStats struct {
 	Registry RegistryStats
-	Peers    []PeerStats // one per other node of the cluster, by name
+	Peers    []peer.PeerStats // one per other node of the cluster, by name
 	// Up and Missing count the gateways of the line that are registered
 	// now and those that belong to it but are not.
 	Up, Missing int
@@ -46,40 +47,6 @@ type RegistryStats struct {
 	Nodes, Routes, Members, Sessions int
 }
 
-// PeerStats are one peer node's stream figures (peer.PeerStats) and the
-// outcomes of the directed deliveries this node sent it.
-type PeerStats struct {
-	Node      string
-	Up        bool // a stream is established
-	Available bool // deliveries may be sent now (stream answered a ping, breaker closed)
-	// Breaker is "closed", "half-open" or "open".
-	Breaker      string
-	BreakerOpens uint64
-	RTT, RTTMax  time.Duration // last ping round trip, and the largest
-	PingTimeouts uint64
-	Streams      uint64 // streams established
-	DialErrors   uint64
-	Queued       int // records waiting for the writer
-	InFlight     int // directed deliveries awaiting an answer
-	SentFrames   uint64
-	SentRecords  uint64
-	SentBytes    uint64
-	RecvFrames   uint64
-	RecvRecords  uint64
-	RecvBytes    uint64
-	Dropped      uint64 // forwards lost in the queue when a stream ended
-	Rejected     uint64 // sends refused at once: unavailable, queue full
-	Late         uint64 // answers after their delivery had timed out
-	LateAccepted uint64 // ... that accepted it: duplicates
-	Deliveries   uint64 // directed deliveries handed to the stream
-	Accepted     uint64 // ... accepted by the peer
-	NotHere      uint64 // ... answered "not here"
-	Timeouts     uint64 // ... unanswered in time
-	Broken       uint64 // ... whose stream ended first
-	Refused      uint64 // ... refused at once (peer unknown or unavailable, queue full)
-	RemoteErrors uint64 // ... the peer had the client but could not take it
-}
-
 // breakerValues are the linemq_cluster_peer_breaker_state values.
 var breakerValues = map[string]float64{"closed": 0, "half-open": 1, "open": 2}
 
@@ -102,7 +69,7 @@ type clusterCollector struct {
 
 type (
 	regScalar  = series[RegistryStats]
-	peerScalar = series[PeerStats]
+	peerScalar = series[peer.PeerStats]
 )
 
 func newClusterCollector(s *Server) *clusterCollector {
@@ -143,31 +110,31 @@ func newClusterCollector(s *Server) *clusterCollector {
 	rs("members", "Share-group members of every node in the local copy.", gauge, func(r *RegistryStats) float64 { return float64(r.Members) })
 	rs("sessions", "Session ownership records in the local copy.", gauge, func(r *RegistryStats) float64 { return float64(r.Sessions) })
 
-	ps := func(name, help string, kind prometheus.ValueType, f func(*PeerStats) float64) {
+	ps := func(name, help string, kind prometheus.ValueType, f func(*peer.PeerStats) float64) {
 		c.peers = append(c.peers, peerScalar{newMetric("cluster_peer_"+name, help, kind, "peer"), f})
 	}
-	ps("up", "1 while a stream to the peer is established.", gauge, func(p *PeerStats) float64 { return b2f(p.Up) })
-	ps("available", "1 while deliveries may be sent to the peer (its stream answered a ping and its breaker is closed).", gauge, func(p *PeerStats) float64 { return b2f(p.Available) })
-	ps("breaker_state", "The peer's circuit breaker: 0 closed, 1 half-open, 2 open.", gauge, func(p *PeerStats) float64 { return breakerValues[p.Breaker] })
-	ps("breaker_opens_total", "Times the peer's breaker opened.", counter, func(p *PeerStats) float64 { return float64(p.BreakerOpens) })
-	ps("rtt_seconds", "Round trip of the last ping answered by the peer.", gauge, func(p *PeerStats) float64 { return p.RTT.Seconds() })
-	ps("rtt_max_seconds", "Largest ping round trip to the peer.", gauge, func(p *PeerStats) float64 { return p.RTTMax.Seconds() })
-	ps("ping_timeouts_total", "Pongs the peer missed.", counter, func(p *PeerStats) float64 { return float64(p.PingTimeouts) })
-	ps("streams_total", "Streams established with the peer.", counter, func(p *PeerStats) float64 { return float64(p.Streams) })
-	ps("dial_errors_total", "Dials to the peer that failed (the node whose name sorts first dials).", counter, func(p *PeerStats) float64 { return float64(p.DialErrors) })
-	ps("queued", "Records waiting for the peer's writer.", gauge, func(p *PeerStats) float64 { return float64(p.Queued) })
-	ps("in_flight", "Directed deliveries to the peer awaiting an answer.", gauge, func(p *PeerStats) float64 { return float64(p.InFlight) })
-	ps("sent_frames_total", "Frames sent to the peer.", counter, func(p *PeerStats) float64 { return float64(p.SentFrames) })
-	ps("sent_records_total", "Records (forwards, deliveries, answers, pings) sent to the peer.", counter, func(p *PeerStats) float64 { return float64(p.SentRecords) })
-	ps("sent_bytes_total", "Bytes of frames sent to the peer.", counter, func(p *PeerStats) float64 { return float64(p.SentBytes) })
-	ps("received_frames_total", "Frames received from the peer.", counter, func(p *PeerStats) float64 { return float64(p.RecvFrames) })
-	ps("received_records_total", "Records received from the peer.", counter, func(p *PeerStats) float64 { return float64(p.RecvRecords) })
-	ps("received_bytes_total", "Bytes of frames received from the peer.", counter, func(p *PeerStats) float64 { return float64(p.RecvBytes) })
-	ps("forwards_dropped_total", "Forwards lost in the peer's queue when its stream ended.", counter, func(p *PeerStats) float64 { return float64(p.Dropped) })
-	ps("rejected_total", "Forwards and deliveries refused at once (peer unavailable, queue full).", counter, func(p *PeerStats) float64 { return float64(p.Rejected) })
-	ps("late_answers_total", "Answers that came after their delivery had timed out.", counter, func(p *PeerStats) float64 { return float64(p.Late) })
-	ps("late_accepted_total", "Late answers that accepted the delivery: duplicates, the message having been picked again.", counter, func(p *PeerStats) float64 { return float64(p.LateAccepted) })
-	ps("deliveries_sent_total", "Directed deliveries to share-group members on the peer.", counter, func(p *PeerStats) float64 { return float64(p.Deliveries) })
+	ps("up", "1 while a stream to the peer is established.", gauge, func(p *peer.PeerStats) float64 { return b2f(p.Connected) })
+	ps("available", "1 while deliveries may be sent to the peer (its stream answered a ping and its breaker is closed).", gauge, func(p *peer.PeerStats) float64 { return b2f(p.Available) })
+	ps("breaker_state", "The peer's circuit breaker: 0 closed, 1 half-open, 2 open.", gauge, func(p *peer.PeerStats) float64 { return breakerValues[p.Breaker.String()] })
+	ps("breaker_opens_total", "Times the peer's breaker opened.", counter, func(p *peer.PeerStats) float64 { return float64(p.Opens) })
+	ps("rtt_seconds", "Round trip of the last ping answered by the peer.", gauge, func(p *peer.PeerStats) float64 { return p.RTT.Seconds() })
+	ps("rtt_max_seconds", "Largest ping round trip to the peer.", gauge, func(p *peer.PeerStats) float64 { return p.RTTMax.Seconds() })
+	ps("ping_timeouts_total", "Pongs the peer missed.", counter, func(p *peer.PeerStats) float64 { return float64(p.PingTimeouts) })
+	ps("streams_total", "Streams established with the peer.", counter, func(p *peer.PeerStats) float64 { return float64(p.Streams) })
+	ps("dial_errors_total", "Dials to the peer that failed (the node whose name sorts first dials).", counter, func(p *peer.PeerStats) float64 { return float64(p.DialErrors) })
+	ps("queued", "Records waiting for the peer's writer.", gauge, func(p *peer.PeerStats) float64 { return float64(p.Queued) })
+	ps("in_flight", "Directed deliveries to the peer awaiting an answer.", gauge, func(p *peer.PeerStats) float64 { return float64(p.InFlight) })
+	ps("sent_frames_total", "Frames sent to the peer.", counter, func(p *peer.PeerStats) float64 { return float64(p.SentFrames) })
+	ps("sent_records_total", "Records (forwards, deliveries, answers, pings) sent to the peer.", counter, func(p *peer.PeerStats) float64 { return float64(p.SentRecords) })
+	ps("sent_bytes_total", "Bytes of frames sent to the peer.", counter, func(p *peer.PeerStats) float64 { return float64(p.SentBytes) })
+	ps("received_frames_total", "Frames received from the peer.", counter, func(p *peer.PeerStats) float64 { return float64(p.RecvFrames) })
+	ps("received_records_total", "Records received from the peer.", counter, func(p *peer.PeerStats) float64 { return float64(p.RecvRecords) })
+	ps("received_bytes_total", "Bytes of frames received from the peer.", counter, func(p *peer.PeerStats) float64 { return float64(p.RecvBytes) })
+	ps("forwards_dropped_total", "Forwards lost in the peer's queue when its stream ended.", counter, func(p *peer.PeerStats) float64 { return float64(p.Dropped) })
+	ps("rejected_total", "Forwards and deliveries refused at once (peer unavailable, queue full).", counter, func(p *peer.PeerStats) float64 { return float64(p.Rejected) })
+	ps("late_answers_total", "Answers that came after their delivery had timed out.", counter, func(p *peer.PeerStats) float64 { return float64(p.Late) })
+	ps("late_accepted_total", "Late answers that accepted the delivery: duplicates, the message having been picked again.", counter, func(p *peer.PeerStats) float64 { return float64(p.LateAccepted) })
+	ps("deliveries_sent_total", "Directed deliveries to share-group members on the peer.", counter, func(p *peer.PeerStats) float64 { return float64(p.Deliveries) })
 	c.deliveries = newMetric("cluster_peer_deliveries_total", "Directed deliveries to the peer by outcome: accepted, not_here, timeout, broken, refused, error.", counter, "peer", "outcome")
 	return c
 }

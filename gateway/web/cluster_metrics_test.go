@@ -1,6 +1,7 @@
 package web
 
 import (
+	"github.com/linemq/linemq/gateway/peer"
 	"strings"
 	"testing"
 	"time"
@@ -30,10 +31,10 @@ func TestClusterMetrics(t *testing.T) {
 			LagSum: time.Second, LagCount: 100, Resyncs: 2, WatchLost: 1, Compacted: 1, Reregistrations: 1,
 			Txns: 9, TxnOps: 1000, Queued: 3, Nodes: 3, Routes: 4, Members: 5, Sessions: 6,
 		},
-		Peers: []PeerStats{
-			{Node: "gw2", Up: true, Available: true, Breaker: "closed", RTT: 2 * time.Millisecond, SentFrames: 10, SentRecords: 100,
+		Peers: []peer.PeerStats{
+			{Node: "gw2", Connected: true, Available: true, Breaker: peer.BreakerClosed, RTT: 2 * time.Millisecond, SentFrames: 10, SentRecords: 100,
 				RecvFrames: 11, RecvRecords: 101, Deliveries: 50, Accepted: 45, NotHere: 2, Timeouts: 1, Broken: 1, Refused: 1, RemoteErrors: 0, Dropped: 7},
-			{Node: "gw3", Breaker: "open", BreakerOpens: 4},
+			{Node: "gw3", Breaker: peer.BreakerOpen, Opens: 4},
 		},
 	}
 	_, base := startWeb(t, Options{Broker: b, ClusterStats: func() ClusterStats { return cs }})

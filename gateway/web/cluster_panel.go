@@ -1,6 +1,10 @@
 package web
 
-import "time"
+import (
+	"time"
+
+	"github.com/linemq/linemq/gateway/cluster"
+)
 
 // ClusterPanel is the cluster panel of a clustered gateway, as the page
 // shows it and /api/v1/cluster returns it (with "configured": true). The
@@ -8,11 +12,11 @@ import "time"
 // etcd status, so this package imports none of them; Options.Cluster
 // returns one.
 type ClusterPanel struct {
-	Cluster  string          `json:"cluster"` // cluster.name
-	Node     string          `json:"node"`    // this node's name
-	Nodes    []ClusterNode   `json:"nodes"`   // every registered node, this one included, by name
-	Registry ClusterRegistry `json:"registry"`
-	Etcd     EtcdStatus      `json:"etcd"`
+	Cluster  string             `json:"cluster"` // cluster.name
+	Node     string             `json:"node"`    // this node's name
+	Nodes    []ClusterNode      `json:"nodes"`   // every registered node, this one included, by name
+	Registry ClusterRegistry    `json:"registry"`
+	Etcd     cluster.EtcdStatus `json:"etcd"`
 }
 
 // ClusterNode is one node of the cluster: from the registry (name,
@@ -57,37 +61,4 @@ type ClusterRegistry struct {
 	Routes        int     `json:"routes"`
 	Members       int     `json:"members"`
 	Sessions      int     `json:"sessions"`
-}
-
-// EtcdStatus is the etcd cluster as last polled (in the background: a
-// request never waits for etcd).
-type EtcdStatus struct {
-	// Healthy: every endpoint answered and they agree on a leader.
-	Healthy bool   `json:"healthy"`
-	Leader  string `json:"leader"` // the leader member's name ("" when none is known)
-	// Members and Up count every member and those that answered; Quorum
-	// is how many must be up; Margin says in words how many more
-	// failures the registry survives.
-	Members int    `json:"members"`
-	Up      int    `json:"up"`
-	Quorum  int    `json:"quorum"`
-	Margin  string `json:"margin"`
-	// Checked is when the figures were taken; zero before the first poll.
-	Checked   time.Time      `json:"checked"`
-	Error     string         `json:"error"` // why the poll failed as a whole (member list)
-	Endpoints []EtcdEndpoint `json:"endpoints"`
-}
-
-// EtcdEndpoint is one etcd endpoint's Status answer.
-type EtcdEndpoint struct {
-	Endpoint    string  `json:"endpoint"`
-	Member      string  `json:"member"` // the member's name
-	Up          bool    `json:"up"`     // it answered the last poll
-	Leader      bool    `json:"leader"` // this member is the leader
-	Version     string  `json:"version"`
-	DBSizeBytes int64   `json:"db_size_bytes"`
-	RaftTerm    uint64  `json:"raft_term"`
-	RaftIndex   uint64  `json:"raft_index"`
-	RTTSeconds  float64 `json:"rtt_seconds"` // how long its Status took
-	Error       string  `json:"error"`
 }
