@@ -48,16 +48,16 @@ type Options struct {
 	Version string
 	// DataDir holds the embedded member's data, in DataDir/etcd.
 	DataDir string
-	// OnState is told when the registry's health changes: ok, or why
-	// not. Calls are serialised and must return quickly.
-	OnState func(ok bool, reason string)
 	// Logger receives the cluster's logs, etcd's included; nil discards
 	// them.
 	Logger *slog.Logger
 
-	// Timings for tests; zero values are the defaults.
-	Registry registry.Options // only TTL, watch and request timings are read
-	Mesh     peer.Options     // only the timings are read
+	// Registry and Mesh tune the registry's and the mesh's timings (tests
+	// shorten them); zero values are the defaults. What names the node,
+	// the cluster and their callbacks is the Cluster's own and is
+	// overwritten.
+	Registry registry.Options
+	Mesh     peer.Options
 }
 
 // EtcdOptions say where the cluster's etcd is: a member run in this
@@ -93,7 +93,6 @@ type Cluster struct {
 	nodes  *lineNodes
 
 	ready   chan struct{}
-	bound   chan struct{} // closed by Bind
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 	closeMu sync.Once
@@ -111,7 +110,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Cluster{opts: o, log: log, ready: make(chan struct{}), bound: make(chan struct{})}
+	c := &Cluster{opts: o, log: log, ready: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -157,16 +156,6 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	ro.Client, ro.Node, ro.Cluster, ro.Prefix = c.cli, o.Node, o.Name, o.Etcd.Prefix
 	ro.Addr, ro.Version = cmp.Or(o.Advertise, c.ln.Addr().String()), o.Version
 	ro.Logger = log.With("component", "registry")
-	ro.OnState = func(s registry.State, why error) {
-		if o.OnState == nil || s == registry.Closed {
-			return
-		}
-		if s == registry.Healthy {
-			o.OnState(true, "registry in step with etcd")
-			return
-		}
-		o.OnState(false, fmt.Sprintf("registry %v: %v", s, why))
-	}
 	if err := n.init(ro); err != nil {
 		return nil, err
 	}
@@ -191,7 +180,6 @@ func (c *Cluster) Bind(srv broker.ClusterInbound) error {
 	if err := c.node.bind(srv); err != nil {
 		return err
 	}
-	close(c.bound)
 	if err := c.mesh.Start(c.ln); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
@@ -199,7 +187,11 @@ func (c *Cluster) Bind(srv broker.ClusterInbound) error {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	prefix := cmp.Or(c.opts.Etcd.Prefix, registry.DefaultPrefix(cmp.Or(c.opts.Name, registry.DefaultCluster)))
-	c.etcd = startEtcdStatus(c.cli, prefix, c.member != nil, c.nodes)
+	// An embedded member's name is a gateway's node id unless
+	// cluster.etcd.name says otherwise; only then do the member names
+	// name the line's gateways.
+	membersAreNodes := c.member != nil && cmp.Or(c.opts.Etcd.Name, c.opts.Node) == c.opts.Node
+	c.etcd = startEtcdStatus(c.cli, prefix, membersAreNodes, c.nodes)
 	c.log.Info("waiting for the cluster registry", "node", c.opts.Node, "cluster", cmp.Or(c.opts.Name, registry.DefaultCluster), "transport", c.ln.Addr().String())
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
