@@ -121,3 +121,44 @@ func drain(ch <-chan received, n int) {
 		<-ch
 	}
 }
+
+// TestMissedPongRefusesRepick: when a missed pong fails the deliveries
+// waiting on a peer, the peer is already unavailable as their callbacks
+// run, so one picked again for the same peer from a callback (the broker
+// picks again there) is refused at once rather than waiting out its own
+// deadline on a peer that does not answer (a publisher on a gateway cut
+// off from the others waited 1.4 s + 2 s).
+func TestMissedPongRefusesRepick(t *testing.T) {
+	o := fast(Options{})
+	o.DeliverTimeout = time.Minute // only the missed pong may fail the first delivery
+	a := startNode(t, "a", o)
+	b := startNode(t, "b", o)
+	unfreeze := make(chan struct{})
+	t.Cleanup(func() { close(unfreeze) })
+	b.h.forward = func(_ string, m *broker.Message) {
+		if m.Topic == "freeze" {
+			<-unfreeze
+		}
+	}
+	connect(a, b)
+	waitAvailable(t, a, "b", true)
+	if err := a.Send("b", msg("freeze", "")); err != nil {
+		t.Fatal(err)
+	}
+	to := Target{Group: "g", Filter: "t/#", Client: "c"}
+	again := make(chan error, 1)
+	first := make(chan error, 1)
+	err := a.Deliver(context.Background(), "b", to, msg("t/x", "1"), func(err error) {
+		again <- a.Deliver(context.Background(), "b", to, msg("t/x", "2"), func(error) {})
+		first <- err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outcome(t, first, 10*time.Second); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("the delivery to the silent peer: %v, want ErrTimeout", err)
+	}
+	if err := <-again; !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("picked again for the same peer from the callback: %v, want ErrUnavailable at once", err)
+	}
+}

@@ -737,36 +737,44 @@ func (l *link) expire(s *session, out []pending) []pending {
 		return out
 	}
 	missed := l.ping.out && !now.Before(l.ping.deadline)
-	if missed {
-		// The peer stopped answering: what waits on it fails now, not
-		// at each delivery's own deadline, so the publishers' turns pass
-		// on within the ping timeout. An answer that still comes is late
-		// (counted; an accepted one is a duplicate).
-		out = l.fl.drain(out)
-	} else {
+	if !missed {
 		out = l.fl.expire(now, out)
+		l.mu.Unlock()
+		l.c.timeouts.Add(uint64(len(out)))
+		for i := range out {
+			out[i].finish(ErrTimeout, ErrTimeout)
+		}
+		return out
 	}
-	var probe func(error)
-	if missed {
-		probe = l.ping.report
-		// Keep the sequence number, so the late pong is not taken for
-		// the next ping's.
-		l.ping = pingState{seq: l.ping.seq}
+	probe := l.ping.report
+	// Keep the sequence number, so the late pong is not taken for the
+	// next ping's.
+	l.ping = pingState{seq: l.ping.seq}
+	l.mu.Unlock()
+	// The peer stopped answering. The breaker opens first: the deliveries
+	// failed below are picked again from their callbacks, and one picked
+	// for this peer again before it was marked unavailable would wait out
+	// its own deadline here (a publisher on a gateway cut off from the
+	// others waited 1.4 s + 2 s).
+	l.c.pingTimeouts.Add(1)
+	l.cause.Store(causePing)
+	if probe != nil {
+		probe(errPingTimeout)
+	} else {
+		l.trip(errPingTimeout)
+	}
+	l.log.Warn("peer missed a pong", "timeout", l.m.opts.PingTimeout)
+	// What waits on it fails now, not at each delivery's own deadline, so
+	// the publishers' turns pass on within the ping timeout. An answer
+	// that still comes is late (counted; an accepted one is a duplicate).
+	l.mu.Lock()
+	if l.sess == s {
+		out = l.fl.drain(out)
 	}
 	l.mu.Unlock()
 	l.c.timeouts.Add(uint64(len(out)))
 	for i := range out {
 		out[i].finish(ErrTimeout, ErrTimeout)
-	}
-	if missed {
-		l.c.pingTimeouts.Add(1)
-		l.cause.Store(causePing)
-		if probe != nil {
-			probe(errPingTimeout)
-		} else {
-			l.trip(errPingTimeout)
-		}
-		l.log.Warn("peer missed a pong", "timeout", l.m.opts.PingTimeout)
 	}
 	return out
 }

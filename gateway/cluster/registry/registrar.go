@@ -115,11 +115,17 @@ func isDone(c <-chan struct{}) bool {
 	}
 }
 
-// sleep waits before a retry, backing off exponentially from 100 ms to 5 s
+// maxRetryBackoff caps the retries' backoff: a gateway back from a
+// partition learns what changed meanwhile (a client taken over elsewhere)
+// within about a second, while three to five gateways retrying once a
+// second cost etcd nothing.
+const maxRetryBackoff = time.Second
+
+// sleep waits before a retry, backing off exponentially from 100 ms to 1 s
 // with jitter, so gateways that lost etcd together do not return in step.
 // It ends early on Close or when the lease is lost.
 func (g *registrar) sleep() {
-	g.backoff = min(max(2*g.backoff, 100*time.Millisecond), 5*time.Second)
+	g.backoff = min(max(2*g.backoff, 100*time.Millisecond), maxRetryBackoff)
 	d := g.backoff/2 + rand.N(g.backoff/2+1)
 	t := time.NewTimer(d)
 	defer t.Stop()

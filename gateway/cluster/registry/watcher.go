@@ -31,7 +31,7 @@ func (r *Registry) runWatcher() {
 			}
 			r.log.Warn("reading the registry failed; retrying", "err", err)
 			r.health.set(sourceWatch, err)
-			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+			backoff = min(max(2*backoff, 100*time.Millisecond), maxRetryBackoff)
 			if !r.pause(backoff/2 + rand.N(backoff/2+1)) {
 				return
 			}
