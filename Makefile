@@ -18,9 +18,13 @@ run: build
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
-## test: vet, then every test (fuzz seed corpora included) with the race detector
+## test: vet, then every test (fuzz seed corpora included) with the race
+## detector, then the cluster fault suite's fixed set on its own (its bounds
+## are timings: alone, it measures the line, not a machine also running
+## every other package's tests)
 test: vet
 	$(GO) test -race -count=1 -timeout 12m ./...
+	LINEMQ_FAULT_SUITE=1 $(GO) test -race -count=1 -timeout 6m -run TestFaultSuite -v ./internal/chaos
 
 vet:
 	$(GO) vet ./...

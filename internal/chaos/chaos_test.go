@@ -2,6 +2,8 @@ package chaos
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -214,6 +216,13 @@ func TestFaultSuite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three linemq processes under faults for about two minutes: skipped in -short mode")
 	}
+	if os.Getenv("LINEMQ_FAULT_SUITE") == "" {
+		// Its figures are timings (a bounded wait, a takeover bound): run
+		// next to every other package's race-detector tests on two cores,
+		// the gateways' etcd answers late and the run measures the machine,
+		// not the line. make test runs it alone, after the rest.
+		t.Skip("the fault suite runs alone, after the other packages: make test does it (LINEMQ_FAULT_SUITE=1)")
+	}
 	bin := filepath.Join(t.TempDir(), "linemq")
 	build := exec.Command("go", "build", "-o", bin, "github.com/linemq/linemq/cmd/linemq")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -228,8 +237,13 @@ func TestFaultSuite(t *testing.T) {
 		t.Run(joinKinds(faults), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
+			// LINEMQ_CHAOS_DIR keeps the processes' data and logs there.
+			dir := t.TempDir()
+			if keep := os.Getenv("LINEMQ_CHAOS_DIR"); keep != "" {
+				dir = filepath.Join(keep, fmt.Sprint("seed-", run.seed))
+			}
 			res, err := Run(ctx, Config{Linemq: bin, Seed: run.seed, Duration: 25 * time.Second, Faults: faults,
-				Holds: testHolds, Dir: t.TempDir(), Log: testWriter{t}})
+				Holds: testHolds, Dir: dir, Log: testWriter{t}})
 			if res != nil {
 				var sb strings.Builder
 				res.Write(&sb)
