@@ -62,7 +62,7 @@ func TestClusterPanel(t *testing.T) {
 	gw2 := start("gw2", useEtcd(clientURL))
 
 	var c clusterJSON
-	brokertest.Eventually(t, 30*time.Second, "both panels with a healthy peer, a round trip and etcd polled healthy", func() bool {
+	brokertest.Eventually(t, 30*time.Second, "both panels with a healthy peer, a round trip, etcd polled healthy and every node ok", func() bool {
 		for _, g := range []*gateway.Gateway{gw1, gw2} {
 			c = getCluster(t, g)
 			if len(c.Nodes) != 2 || !c.Etcd.Healthy || c.Registry.State != "healthy" {
@@ -70,6 +70,11 @@ func TestClusterPanel(t *testing.T) {
 			}
 			for _, n := range c.Nodes {
 				if !n.Self && (!n.Available || n.RTTSeconds == 0) {
+					return false
+				}
+				// Its own health follows the polled checks (every second),
+				// cluster_peers among them.
+				if n.Health != "ok" {
 					return false
 				}
 			}
