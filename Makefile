@@ -8,11 +8,18 @@ FUZZTIME ?= 60s
 
 .PHONY: run build test vet fuzz bench bench-compare cross clean test-arm systemd-check dist dist-check sdimage-smoke appliance-test powercut-test chaos
 
-## run: build and start a standalone broker on :1883 with its data in ./data;
-## CONFIG=FILE starts it with that configuration file (its listeners) instead
+## run: build and start a standalone broker on :1883 (MQTT) and :8080 (HTTP)
+## with its data in ./data. MQTT=ADDR and HTTP=ADDR listen elsewhere, so a
+## second broker (or one beside Mosquitto) fits on the same machine:
+##   make run MQTT=127.0.0.1:1884 HTTP=127.0.0.1:8081 DATA_DIR=./data2
+## CONFIG=FILE starts it with that configuration file (its listeners)
+## instead; MQTT= and HTTP= given with it override the file's mqtt.listen and
+## http.listen, as the flags do.
+MQTT ?=
+HTTP ?=
 run: build
 	mkdir -p $(DATA_DIR)
-	./$(BIN)/linemq $(if $(CONFIG),-config $(CONFIG),-mqtt-listen :1883 -http-listen :8080) -data-dir $(DATA_DIR)
+	./$(BIN)/linemq $(if $(CONFIG),-config $(CONFIG) $(if $(MQTT),-mqtt-listen $(MQTT)) $(if $(HTTP),-http-listen $(HTTP)),-mqtt-listen $(or $(MQTT),:1883) -http-listen $(or $(HTTP),:8080)) -data-dir $(DATA_DIR)
 
 ## build: the daemon and the bench tool for this machine
 build:
