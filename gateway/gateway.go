@@ -311,6 +311,19 @@ func (g *Gateway) Listeners() []net.Addr {
 	return as
 }
 
+// ListenerURLs returns the listeners configured under listeners: (not the
+// mqtt.listen shortcut), in the configuration's order, each as a client
+// would write it ("mqtt://host:port", "mqtts://host:port",
+// "ws://host:port/mqtt"): the scheme tells the transport, which an address
+// alone does not.
+func (g *Gateway) ListenerURLs() []string {
+	us := make([]string, 0, len(g.extra))
+	for _, l := range g.extra {
+		us = append(us, l.URL())
+	}
+	return us
+}
+
 // HTTPAddr returns the address the status page listens on, or nil when it
 // is disabled.
 func (g *Gateway) HTTPAddr() net.Addr {
