@@ -462,7 +462,7 @@ func (g *Gateway) newWeb(tracker *web.Tracker, version string) (*web.Server, err
 			}
 			return ss
 		},
-		Hardware:     func() any { return g.hwStatus() },
+		Hardware:     g.hwStatus(),
 		Cluster:      g.clusterStatus(),
 		ClusterStats: g.clusterMetrics(),
 		SysInterval:  sys,
@@ -490,18 +490,13 @@ func (g *Gateway) newWeb(tracker *web.Tracker, version string) (*web.Server, err
 	})
 }
 
-// hwStatus is the hardware panel of the status page.
-func (g *Gateway) hwStatus() any {
-	type ledState struct {
-		Name    string `json:"name"`
-		Pattern string `json:"pattern"`
-		Lit     bool   `json:"lit"`
+// hwStatus is the hardware panel of the status page, nil when there is
+// no hardware (the page then says "not configured").
+func (g *Gateway) hwStatus() func() any {
+	if !g.hw.Configured() {
+		return nil
 	}
-	var leds []ledState
-	for _, l := range g.hw.LEDs.LEDs() {
-		leds = append(leds, ledState{l.Name(), l.Pattern().String(), l.Lit()})
-	}
-	return map[string]any{"board": g.hw.Board.String(), "leds": leds, "watchdog": g.hw.Watchdog.State()}
+	return func() any { return hwJSONOf(g.hw) }
 }
 
 // serveHTTP runs the status page on the HTTP listener. Like an MQTT

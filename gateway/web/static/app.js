@@ -185,7 +185,7 @@
       sync_mode: ["Sync mode"],
     });
     renderCluster($("cluster"), st.cluster);
-    renderPanel($("hw"), st.hw, {});
+    renderHW($("hw"), st.hw);
     renderBridges(st.bridges || []);
     // A panel of another part goes here: a <section> in index.html and
     // one line calling renderPanel, or a renderer of its own like
@@ -217,6 +217,29 @@
       items.push(h("dt", null, label), h("dd", { class: bad ? "bad" : null, data: { key: k } }, text));
     }
     return items;
+  }
+
+  // renderHW shows the board, each LED (its pin or "simulated", its
+  // pattern) and the watchdog; a gateway without hardware gets the API's
+  // reason, as the other panels do.
+  function renderHW(dl, hw) {
+    if (!hw || hw.configured === false || !hw.watchdog) {
+      patchChildren(dl, panelItems(hw, {}));
+      return;
+    }
+    const w = hw.watchdog, items = [h("dt", null, "Board"), h("dd", null, hw.board || "–")];
+    for (const l of hw.leds || []) {
+      items.push(h("dt", null, humanize(l.name) + " LED"),
+        h("dd", { data: { key: "led-" + l.name } }, (l.device || "–") + " · " + l.pattern + (l.lit ? " · lit" : "")));
+    }
+    const fed = (w.feeders || []).length > 0;
+    items.push(h("dt", null, "Watchdog"),
+      h("dd", { class: fed && !w.feeding ? "bad" : null, data: { key: "watchdog" }, title: w.reason || "" },
+        !fed ? "none" : w.feeding ? "fed every " + fmtDur(w.period_seconds) + " · last " + fmtAgo(w.last_feed)
+          : "not fed: " + (w.reason || "health check failing") + " (since " + fmtAgo(w.since) + ")"));
+    if (fed) items.push(h("dt", null, "Fed"), h("dd", { class: "mono" }, w.feeders.join(", ")));
+    if ((w.errors || []).length) items.push(h("dt", null, "Errors"), h("dd", { class: "bad" }, w.errors.join("; ")));
+    patchChildren(dl, items);
   }
 
   // renderCluster shows a clustered gateway's nodes (with this node's
