@@ -40,8 +40,13 @@ build:
 test: vet
 	$(GO) test -race -count=1 -timeout 12m ./...
 
+## vet: go vet, and go.mod and go.sum as go mod tidy leaves them (a direct
+## dependency marked indirect, or one nothing imports, fails here rather
+## than in someone else's go mod tidy)
 vet:
 	$(GO) vet ./...
+	@out=$$($(GO) mod tidy -diff 2>&1) || { printf '%s\n' "$$out"; \
+	  echo "vet: go.mod or go.sum differ from what 'go mod tidy' makes (above): run go mod tidy and commit both"; exit 1; }
 
 ## fuzz: run every fuzz target for FUZZTIME each, one after the other
 fuzz:
