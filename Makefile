@@ -7,12 +7,30 @@ DATA_DIR ?= ./data
 FUZZTIME ?= 60s
 
 .PHONY: run build test vet fuzz bench bench-compare cross clean test-arm systemd-check dist dist-check sdimage-smoke appliance-test powercut-test chaos
+.PHONY: needs-bench-compare needs-test-arm needs-sdimage-smoke needs-appliance-test needs-powercut-test
 
-## run: build and start a standalone broker on :1883 with its data in ./data;
-## CONFIG=FILE starts it with that configuration file (its listeners) instead
+# Targets that run programs from outside Go check for them before they
+# build anything, and name the Debian package of each one missing
+# (scripts/appliance/needs.sh): a missing genimage should cost a second,
+# not a cross build and half a run. The script of a target knows what it
+# calls, so the list is kept there (SCRIPT --needs only checks); the
+# targets without a script keep theirs here.
+NEEDS := scripts/appliance/needs.sh
+needs-sdimage-smoke needs-appliance-test needs-powercut-test: needs-%:
+	@scripts/appliance/$*.sh --needs
+
+## run: build and start a standalone broker on :1883 (MQTT) and :8080 (HTTP)
+## with its data in ./data. MQTT=ADDR and HTTP=ADDR listen elsewhere, so a
+## second broker (or one beside Mosquitto) fits on the same machine:
+##   make run MQTT=127.0.0.1:1884 HTTP=127.0.0.1:8081 DATA_DIR=./data2
+## CONFIG=FILE starts it with that configuration file (its listeners)
+## instead; MQTT= and HTTP= given with it override the file's mqtt.listen and
+## http.listen, as the flags do.
+MQTT ?=
+HTTP ?=
 run: build
 	mkdir -p $(DATA_DIR)
-	./$(BIN)/linemq $(if $(CONFIG),-config $(CONFIG),-mqtt-listen :1883 -http-listen :8080) -data-dir $(DATA_DIR)
+	./$(BIN)/linemq $(if $(CONFIG),-config $(CONFIG) $(if $(MQTT),-mqtt-listen $(MQTT)) $(if $(HTTP),-http-listen $(HTTP)),-mqtt-listen $(or $(MQTT),:1883) -http-listen $(or $(HTTP),:8080)) -data-dir $(DATA_DIR)
 
 ## build: the daemon and the bench tool for this machine
 build:
@@ -26,8 +44,13 @@ test: vet
 	$(GO) test -race -count=1 -timeout 12m ./...
 	LINEMQ_FAULT_SUITE=1 $(GO) test -race -count=1 -timeout 6m -run TestFaultSuite -v ./internal/chaos
 
+## vet: go vet, and go.mod and go.sum as go mod tidy leaves them (a direct
+## dependency marked indirect, or one nothing imports, fails here rather
+## than in someone else's go mod tidy)
 vet:
 	$(GO) vet ./...
+	@out=$$($(GO) mod tidy -diff 2>&1) || { printf '%s\n' "$$out"; \
+	  echo "vet: go.mod or go.sum differ from what 'go mod tidy' makes (above): run go mod tidy and commit both"; exit 1; }
 
 ## fuzz: run every fuzz target for FUZZTIME each, one after the other
 fuzz:
@@ -77,7 +100,9 @@ clean:
 ## three-node linemq cluster (an etcd member in each) next to one linemq
 ## under the same QoS 1 fan-in; writes docs/benchmarks.md. Only the cluster
 ## part (no Mosquitto needed): go run ./cmd/linemq-compare -only cluster
-bench-compare: build
+needs-bench-compare:
+	@$(NEEDS) bench-compare mosquitto:mosquitto
+bench-compare: needs-bench-compare build
 	$(GO) run ./cmd/linemq-compare -linemq $(BIN)/linemq -reps 3 -duration 5s -out docs/benchmarks.md
 
 ## test-arm: the broker and storage tests cross-compiled for arm64 and
@@ -92,9 +117,9 @@ ARM_TEST_PKGS    ?= ./broker/... ./storage/...
 ARM_TEST_TIMEOUT ?= 20m
 ARM_TEST_FLAGS   ?= -short -count=1
 ARM_TEST_SKIP    ?=
-test-arm:
-	@command -v qemu-aarch64-static >/dev/null && command -v qemu-arm-static >/dev/null || \
-	  { echo "test-arm: needs qemu-user-static (apt-get install qemu-user-static)"; exit 1; }
+needs-test-arm:
+	@$(NEEDS) test-arm qemu-aarch64-static:qemu-user-static qemu-arm-static:qemu-user-static
+test-arm: needs-test-arm
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) test $(ARM_TEST_FLAGS) -timeout $(ARM_TEST_TIMEOUT) \
 	  $(if $(ARM_TEST_SKIP),-skip '$(ARM_TEST_SKIP)') -exec qemu-aarch64-static $(ARM_TEST_PKGS)
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 $(GO) test $(ARM_TEST_FLAGS) -timeout $(ARM_TEST_TIMEOUT) \
@@ -105,7 +130,6 @@ test-arm:
 ## with the exposure level at most SYSTEMD_EXPOSURE tenths (15 = 1.5, "OK")
 SYSTEMD_EXPOSURE ?= 15
 systemd-check:
-	@command -v systemd-analyze >/dev/null || { echo "systemd-check: needs systemd (apt-get install systemd)"; exit 1; }
 	scripts/appliance/systemd-check.sh $(SYSTEMD_EXPOSURE)
 
 ## dist: bin/dist/linemq-VERSION.tar.gz, the committed tree with its Go modules
@@ -124,14 +148,14 @@ dist-check:
 ## then its partitions opened with mtools and debugfs to check the layout,
 ## the files and their modes
 SDIMAGE_BOARD ?= rpi4_64
-sdimage-smoke: cross
+sdimage-smoke: needs-sdimage-smoke cross
 	scripts/appliance/sdimage-smoke.sh $(BIN)/linux-arm64/linemq $(SDIMAGE_BOARD)
 
 ## appliance-test: the arm64 build booted under qemu-system-aarch64 -M virt
 ## (Debian's arm64 kernel, cached; busybox initramfs): /readyz, status page,
 ## MQTT round trip and a shared group through hostfwd ports, then softdog
 ## resets for a hung broker and for a failing health check
-appliance-test: cross
+appliance-test: needs-appliance-test cross
 	scripts/appliance/appliance-test.sh $(BIN)/linux-arm64/linemq
 
 ## powercut-test: power cuts under emulation: the arm64 build under
@@ -140,5 +164,5 @@ appliance-test: cross
 ## send to persistent subscribers, 3 times for storage.sync always and
 ## batch; every acknowledged message must be delivered after the cuts and
 ## linemq db check must find the file healthy after each
-powercut-test: cross
+powercut-test: needs-powercut-test cross
 	scripts/appliance/powercut-test.sh $(BIN)/linux-arm64/linemq

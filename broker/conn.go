@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"sync"
@@ -96,6 +97,7 @@ type conn struct {
 	cleanTO  bool          // ... by one with Clean Start, which ends the old session
 	writing  bool          // a writer goroutine is running
 	wclosed  bool          // the writer closed the socket; wdone is closed
+	writeErr error         // why a write failed while the connection was open; the cause of its end
 	wdone    chan struct{} // closed once the socket is closed by the writer
 	acksOut  uint64        // the highest heldAck.seq written
 	echo     *echoBuf      // the client's own messages waiting for their acknowledgements; nil when none
@@ -130,6 +132,19 @@ func newConn(srv *Server, nc net.Conn) *conn {
 // than one and a half keep alive periods [MQTT-3.1.2-22].
 var errKeepAlive = errors.New("broker: keep alive timeout")
 
+// errWriteTimeout is the cause recorded when one write to a client blocks
+// for longer than Options.WriteTimeout: the client has stopped reading.
+var errWriteTimeout = errors.New("write timeout")
+
+// writeFailure is the cause of a connection whose write failed with err,
+// after a write deadline of timeout.
+func writeFailure(err error, timeout time.Duration) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w: a write blocked for %v: the client is not reading (mqtt.write_timeout)", errWriteTimeout, timeout)
+	}
+	return fmt.Errorf("write failed: %w", err)
+}
+
 // errConnectTimeout: the connection did not send CONNECT in time.
 var errConnectTimeout = errors.New("broker: no CONNECT within the connect timeout")
 
@@ -147,6 +162,15 @@ func (c *conn) run() {
 	reason, cause := c.readLoop()
 	if cause == errParked {
 		return
+	}
+	if reason == 0 && cause != errClientDisconnect {
+		// The writer that closed the socket knows why; the read that
+		// failed next does not.
+		c.wmu.Lock()
+		if c.writeErr != nil {
+			cause = c.writeErr
+		}
+		c.wmu.Unlock()
 	}
 	c.teardown(reason, cause)
 	c.srv.untrack(c)
@@ -427,6 +451,14 @@ func (c *conn) writeLoop() {
 		c.nc.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
 		if _, err := c.nc.Write(buf); err != nil {
 			c.wmu.Lock()
+			if !c.closing {
+				// The write failed on its own (not because the reader is
+				// tearing the connection down): it is why the connection
+				// ends. Recorded before the socket is closed, since the
+				// reader then fails with "use of closed network
+				// connection", which says nothing.
+				c.writeErr = writeFailure(err, c.srv.opts.WriteTimeout)
+			}
 			c.closing, c.wclosed, c.writing = true, true, false
 			c.out, c.echo = nil, nil
 			c.inWrite = 0

@@ -1331,3 +1331,46 @@ func TestDeniedPublishLoggedOnce(t *testing.T) {
 		t.Fatalf("PublishesDenied %d, want 100", got)
 	}
 }
+
+// TestWriteTimeoutLogged: a subscriber that stops reading is closed when a
+// write to it blocks for WriteTimeout, and the log says so; not the
+// "use of closed network connection" its reader then gets from the socket
+// the writer closed.
+func TestWriteTimeoutLogged(t *testing.T) {
+	const writeTimeout = 500 * time.Millisecond
+	sink := &logSink{}
+	log := slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	_, addr := brokertest.RunServer(t, broker.Options{Logger: log, WriteTimeout: writeTimeout})
+
+	stuck := brokertest.Dial(t, addr, packet.V5)
+	if tc, ok := stuck.Conn.(*net.TCPConn); ok {
+		tc.SetReadBuffer(8 << 10) // the window fills sooner
+	}
+	stuck.Send(rawV5("stuck", true).Append(nil))
+	stuck.Expect(packet.CONNACK, nil)
+	stuck.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("flood/t"), QoS: 0}}})
+	pub, _ := brokertest.Connect(t, addr, rawV5("flooder", true))
+
+	var sent atomic.Int64
+	stop := make(chan struct{})
+	flooded := make(chan error, 1)
+	go func() { flooded <- robustFlood(pub.Conn, packet.V5, "flood/t", 1_000_000, 1<<10, stop, &sent) }()
+	defer func() {
+		close(stop)
+		<-flooded
+	}()
+	brokertest.Eventually(t, 30*time.Second, "the stuck client's disconnect logged", func() bool {
+		return sink.count(`msg="client disconnected" client=stuck`) == 1
+	})
+	sink.mu.Lock()
+	recs := slices.Clone(sink.recs)
+	sink.mu.Unlock()
+	for _, r := range recs {
+		if !strings.Contains(r, `client=stuck`) || !strings.Contains(r, `msg="client disconnected"`) {
+			continue
+		}
+		if !strings.Contains(r, `cause="write timeout: a write blocked for 500ms: the client is not reading (mqtt.write_timeout)"`) {
+			t.Errorf("the disconnect does not name the write timeout as its cause:\n%s", r)
+		}
+	}
+}

@@ -311,6 +311,19 @@ func (g *Gateway) Listeners() []net.Addr {
 	return as
 }
 
+// ListenerURLs returns the listeners configured under listeners: (not the
+// mqtt.listen shortcut), in the configuration's order, each as a client
+// would write it ("mqtt://host:port", "mqtts://host:port",
+// "ws://host:port/mqtt"): the scheme tells the transport, which an address
+// alone does not.
+func (g *Gateway) ListenerURLs() []string {
+	us := make([]string, 0, len(g.extra))
+	for _, l := range g.extra {
+		us = append(us, l.URL())
+	}
+	return us
+}
+
 // HTTPAddr returns the address the status page listens on, or nil when it
 // is disabled.
 func (g *Gateway) HTTPAddr() net.Addr {
@@ -449,7 +462,7 @@ func (g *Gateway) newWeb(tracker *web.Tracker, version string) (*web.Server, err
 			}
 			return ss
 		},
-		Hardware:     func() any { return g.hwStatus() },
+		Hardware:     g.hwStatus(),
 		Cluster:      g.clusterStatus(),
 		ClusterStats: g.clusterMetrics(),
 		SysInterval:  sys,
@@ -477,18 +490,13 @@ func (g *Gateway) newWeb(tracker *web.Tracker, version string) (*web.Server, err
 	})
 }
 
-// hwStatus is the hardware panel of the status page.
-func (g *Gateway) hwStatus() any {
-	type ledState struct {
-		Name    string `json:"name"`
-		Pattern string `json:"pattern"`
-		Lit     bool   `json:"lit"`
+// hwStatus is the hardware panel of the status page, nil when there is
+// no hardware (the page then says "not configured").
+func (g *Gateway) hwStatus() func() any {
+	if !g.hw.Configured() {
+		return nil
 	}
-	var leds []ledState
-	for _, l := range g.hw.LEDs.LEDs() {
-		leds = append(leds, ledState{l.Name(), l.Pattern().String(), l.Lit()})
-	}
-	return map[string]any{"board": g.hw.Board.String(), "leds": leds, "watchdog": g.hw.Watchdog.State()}
+	return func() any { return hwJSONOf(g.hw) }
 }
 
 // serveHTTP runs the status page on the HTTP listener. Like an MQTT

@@ -73,6 +73,17 @@ type Hardware struct {
 	// Ready once the gateway accepts clients, and read its State for the
 	// status page. With no watchdog it feeds nothing and says so.
 	Watchdog *watchdog.Supervisor
+
+	// lamps counts the LEDs that drive a real lamp (not simulated).
+	lamps int
+}
+
+// Configured reports whether there is hardware to show: an LED that drives
+// a lamp, or a watchdog being fed (systemd's included). Three simulated
+// LEDs and nothing to feed, a PC's usual state, are no hardware: a status
+// page should say "not configured" rather than list make-believe parts.
+func (h *Hardware) Configured() bool {
+	return h.lamps > 0 || len(h.Watchdog.State().Feeders) > 0
 }
 
 // Open validates cfg, opens the LEDs and watchdogs it names and starts
@@ -103,7 +114,11 @@ func Open(cfg Config, opts Options) (*Hardware, error) {
 
 	h := &Hardware{Board: b, LEDs: led.NewGroup(led.Options{Logger: log})}
 	add := func(name string, c *LED) *led.LED {
-		l := h.LEDs.Add(name, o.light("leds."+name, c))
+		light := o.light("leds."+name, c)
+		if _, sim := light.(*led.Sim); !sim {
+			h.lamps++
+		}
+		l := h.LEDs.Add(name, light)
 		l.SetFlickerEvery(uint64(c.FlickerEvery))
 		return l
 	}

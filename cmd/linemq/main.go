@@ -22,7 +22,9 @@
 // Logs go to stderr one record a line, in slog's text format or, with
 // log_format: json, as JSON objects for log collectors; the record
 // "listening" carries the bound address (addr), which tells a supervisor
-// or a test the port chosen for :0.
+// or a test the port chosen for :0. Once the gateway serves, one record
+// "ready" names every address: mqtt= (mqtt.listen), http=, and listeners=
+// (the listeners: of the file as URLs, separated by spaces).
 //
 // All logic lives in package gateway; this file only turns the command line
 // into a configuration and signals into a cancelled context.
@@ -132,6 +134,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		if a := g.HTTPAddr(); a != nil {
 			args = append(args, "http", a.String())
+		}
+		// After mqtt= and http=, which scripts and tests read by position;
+		// one key for all, since a file may list any number of them.
+		if us := g.ListenerURLs(); len(us) > 0 {
+			args = append(args, "listeners", strings.Join(us, " "))
 		}
 		log.Info("ready", args...)
 	case <-ctx.Done():

@@ -33,7 +33,9 @@ type Options struct {
 	Logger *slog.Logger
 
 	// FreeFailures is how many failed password checks an address may make
-	// before its checks are spaced out. Default 3.
+	// before its checks are spaced out: the one after them waits
+	// FailureDelay. Checks still running count, so a burst of connections
+	// gets no more. Default 3.
 	FreeFailures int
 	// FailureDelay is the spacing after FreeFailures failures; it doubles
 	// with each further failure. Default 500ms.
@@ -277,9 +279,23 @@ func (a *Authenticator) checkPassword(ctx context.Context, pw *passwords, req br
 	if dl, ok := ctx.Deadline(); ok && dl.Before(limit) {
 		limit = dl
 	}
-	slot, ok := a.throttle.reserve(key, limit)
-	if !ok {
-		return packet.ConnectionRateExceeded
+	var slot time.Time
+	for {
+		s, decide, ok := a.throttle.reserve(key, limit)
+		if !ok {
+			return packet.ConnectionRateExceeded
+		}
+		if decide == nil {
+			slot = s
+			break
+		}
+		// The address's free checks are still running: their outcome
+		// says whether this one is free too.
+		select {
+		case <-decide:
+		case <-ctx.Done():
+			return packet.ConnectionRateExceeded
+		}
 	}
 	if wait := slot.Sub(a.now()); wait > 0 {
 		t := time.NewTimer(wait)
@@ -287,12 +303,14 @@ func (a *Authenticator) checkPassword(ctx context.Context, pw *passwords, req br
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
+			a.throttle.abandoned(key)
 			return packet.ConnectionRateExceeded
 		}
 	}
 	select {
 	case a.checks <- struct{}{}:
 	case <-ctx.Done():
+		a.throttle.abandoned(key)
 		return packet.ServerBusy
 	}
 	h, known := pw.users[req.Username]
@@ -305,7 +323,7 @@ func (a *Authenticator) checkPassword(ctx context.Context, pw *passwords, req br
 		a.throttle.succeeded(key)
 		return packet.Success
 	}
-	if n := a.throttle.failed(key); n == a.throttle.free+1 {
+	if n := a.throttle.failed(key); n == a.throttle.free {
 		a.log.Warn("repeated failed logins; slowing this address down", "addr", addrString(req.RemoteAddr),
 			"failures", n, "user", req.Username)
 	}

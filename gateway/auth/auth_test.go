@@ -180,13 +180,14 @@ func TestFailureDelay(t *testing.T) {
 		return rc, time.Since(start)
 	}
 	bad := connect("bob", "wrong", "10.7.7.7")
-	for range 3 {
+	for range 2 {
 		if rc, d := timed(ctx, bad); rc != packet.BadUsernameOrPassword || d > quick {
 			t.Fatalf("a free failure: %v after %v", rc, d)
 		}
 	}
+	// FreeFailures means what it says: the check after them waits.
 	if _, d := timed(ctx, bad); d < quick {
-		t.Errorf("a check after 3 failures waited only %v", d)
+		t.Errorf("a check after 2 failures (FreeFailures 2) waited only %v", d)
 	}
 	// The right password is still accepted, late, and clears the address.
 	if rc, _ := timed(ctx, connect("bob", "hunter2", "10.7.7.7")); rc != packet.Success {
@@ -231,6 +232,40 @@ func TestFailureDelay(t *testing.T) {
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("attempts took %v", d)
+	}
+}
+
+// TestFreeFailuresAtOnce: FreeFailures wrong passwords from one address
+// are checked, however many connections bring them at once; the others
+// wait for a slot (an hour here) and are refused unchecked. A burst of
+// right passwords from one address, an edge box reconnecting all its
+// clients, is not held up: the first success clears the address.
+func TestFreeFailuresAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	pwFile := writeFile(t, dir, "passwd", mosqBob+"\n")
+	a := newAuth(t, Config{PasswordFile: pwFile}, Options{FreeFailures: 3, FailureDelay: time.Hour, MaxFailureDelay: time.Hour})
+	burst := func(req broker.ConnectRequest) map[packet.ReasonCode]int {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		codes := map[packet.ReasonCode]int{}
+		for range 12 {
+			wg.Go(func() {
+				c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				rc := a.Authenticate(c, req)
+				mu.Lock()
+				codes[rc]++
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return codes
+	}
+	if got := burst(connect("bob", "wrong", "10.8.8.8")); got[packet.BadUsernameOrPassword] != 3 || got[packet.ConnectionRateExceeded] != 9 {
+		t.Errorf("12 wrong passwords at once: %v, want 3 checked and 9 refused", got)
+	}
+	if got := burst(connect("bob", "hunter2", "10.8.8.9")); got[packet.Success] != 12 {
+		t.Errorf("12 right passwords at once: %v, want all accepted", got)
 	}
 }
 

@@ -16,6 +16,14 @@ import (
 // only queues them, and a queue longer than the client would wait is
 // refused at once. A success forgets the address; so does a quiet spell.
 //
+// Checks still running count against the free allowance as if they had
+// failed: without that, a burst of connections from a fresh address would
+// all be checked at once, every one of them a free guess. An attempt past
+// the allowance while some of it is still being checked waits for those
+// outcomes instead (a few milliseconds): if one succeeds the address is
+// forgotten and the attempt goes ahead at once, which keeps the reconnect
+// burst of an edge box with many clients behind one address quick.
+//
 // Memory is bounded: at most capacity addresses are remembered, the least
 // recently seen forgotten first. Someone with more addresses than that can
 // push an address out and start it afresh, which costs them capacity
@@ -37,8 +45,13 @@ type throttle struct {
 type penalty struct {
 	key      string
 	failures int
-	last     time.Time // last failure
+	pending  int       // checks booked and not yet decided
+	last     time.Time // last attempt or failure
 	next     time.Time // when the next check may start
+
+	// changed is closed (and cleared) when a pending check is decided or
+	// the address is forgotten; nil while nobody waits for that.
+	changed chan struct{}
 }
 
 func newThrottle(free int, base, max, forget time.Duration, capacity int, now func() time.Time) *throttle {
@@ -46,7 +59,8 @@ func newThrottle(free int, base, max, forget time.Duration, capacity int, now fu
 		entries: make(map[string]*list.Element)}
 }
 
-// delay is the spacing of checks after failures failures.
+// delay is the spacing of checks after failures failures (or failures and
+// checks booked together).
 func (t *throttle) delay(failures int) time.Duration {
 	n := min(failures-t.free, 30)
 	if n < 0 {
@@ -55,42 +69,46 @@ func (t *throttle) delay(failures int) time.Duration {
 	return min(t.base<<n, t.max)
 }
 
-// reserve returns when a check from key may start, and books that slot.
-// It books nothing and returns false when the slot is later than limit:
-// the caller refuses the attempt without checking it.
-func (t *throttle) reserve(key string, limit time.Time) (time.Time, bool) {
+// reserve books a check from key and returns when it may start. It books
+// nothing and returns a channel instead when the outcome of checks still
+// running decides whether this one is free: call reserve again once the
+// channel is closed. It books nothing and returns false when the slot is
+// later than limit: the caller refuses the attempt without checking it.
+// A booked check must be ended with failed, succeeded or abandoned.
+func (t *throttle) reserve(key string, limit time.Time) (time.Time, <-chan struct{}, bool) {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := t.entries[key]
-	if e == nil {
-		return now, true
+	p := t.entry(key)
+	if now.Sub(p.last) > t.forget && p.pending == 0 {
+		p.failures, p.next = 0, time.Time{}
 	}
-	p := e.Value.(*penalty)
-	if now.Sub(p.last) > t.forget {
-		t.remove(e)
-		return now, true
+	p.last = now
+	if p.failures+p.pending < t.free {
+		p.pending++
+		return now, nil, true
 	}
 	if p.failures < t.free {
-		return now, true
+		if p.changed == nil {
+			p.changed = make(chan struct{})
+		}
+		return time.Time{}, p.changed, true
 	}
 	slot := now
 	if p.next.After(now) {
 		slot = p.next
 	}
 	if slot.After(limit) {
-		return slot, false
+		return slot, nil, false
 	}
-	p.next = slot.Add(t.delay(p.failures))
-	return slot, true
+	p.next = slot.Add(t.delay(p.failures + p.pending + 1))
+	p.pending++
+	return slot, nil, true
 }
 
-// failed records a failed check from key, and reports the failures
-// counted, for the log.
-func (t *throttle) failed(key string) int {
-	now := t.now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
+// entry returns key's record, made (and the least recently seen dropped
+// beyond capacity) if there is none, and marks it the most recently seen.
+func (t *throttle) entry(key string) *penalty {
 	e := t.entries[key]
 	if e == nil {
 		e = t.lru.PushFront(&penalty{key: key})
@@ -101,13 +119,53 @@ func (t *throttle) failed(key string) int {
 	} else {
 		t.lru.MoveToFront(e)
 	}
-	p := e.Value.(*penalty)
-	if now.Sub(p.last) > t.forget {
-		p.failures = 0
+	return e.Value.(*penalty)
+}
+
+// failed records a failed check from key, and reports the failures
+// counted, for the log.
+func (t *throttle) failed(key string) int {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.entry(key)
+	if now.Sub(p.last) > t.forget && p.pending == 0 {
+		p.failures, p.next = 0, time.Time{}
 	}
 	p.failures++
 	p.last = now
+	if p.failures >= t.free {
+		// The next check waits from now, or from the slot already booked
+		// for it, whichever is later.
+		if next := now.Add(t.delay(p.failures)); next.After(p.next) {
+			p.next = next
+		}
+	}
+	t.decided(p)
 	return p.failures
+}
+
+// abandoned ends a check booked for key that never ran (its client gave
+// up waiting, or the checks were all busy): it is neither a failure nor a
+// success, and must not hold up the address's next attempt.
+func (t *throttle) abandoned(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.entries[key]; e != nil {
+		t.decided(e.Value.(*penalty))
+	}
+}
+
+// decided ends one pending check of p and wakes the attempts waiting for
+// its outcome.
+func (t *throttle) decided(p *penalty) {
+	if p.pending > 0 {
+		p.pending--
+	}
+	if p.changed != nil {
+		close(p.changed)
+		p.changed = nil
+	}
 }
 
 // succeeded forgets key: its owner knows a password.
@@ -120,7 +178,13 @@ func (t *throttle) succeeded(key string) {
 }
 
 func (t *throttle) remove(e *list.Element) {
-	delete(t.entries, e.Value.(*penalty).key)
+	p := e.Value.(*penalty)
+	if p.changed != nil {
+		// Waiters try again and find the address fresh.
+		close(p.changed)
+		p.changed = nil
+	}
+	delete(t.entries, p.key)
 	t.lru.Remove(e)
 }
 

@@ -29,12 +29,9 @@ func TestVerify(t *testing.T) {
 			t.Errorf("%q/%q: %v, want ErrBadLogin", c.user, c.pw, err)
 		}
 	}
-	// Two failures were free; the third check goes at once and books the
-	// next an hour later, longer than ctx allows: refused unchecked, right
-	// password or not.
-	if err := a.Verify(ctx, tcp("10.0.0.2"), "ops", []byte("guess")); !errors.Is(err, ErrBadLogin) {
-		t.Errorf("third failure: %v, want ErrBadLogin", err)
-	}
+	// Two failures were free (the empty user name is not a check); the
+	// third check's slot is an hour later, longer than ctx allows: refused
+	// unchecked, right password or not.
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	if err := a.Verify(short, tcp("10.0.0.2"), "ops", []byte("s3cret")); !errors.Is(err, ErrThrottled) {

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +34,14 @@ func (l *Listener) serveWS(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	if isUpgrade(r) && !offersSubprotocol(r) {
+		// [MQTT-6.0.0-3]: the client must offer "mqtt". Refused in the
+		// handshake: upgraded, such a client would hold its place until
+		// its first frame or the handshake timeout, and learn nothing
+		// from a close it may never read.
+		http.Error(w, `the WebSocket subprotocol "mqtt" is required (Sec-WebSocket-Protocol: mqtt)`, http.StatusBadRequest)
+		return
+	}
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols:   Subprotocols,
 		OriginPatterns: l.cfg.Origins,
@@ -43,11 +53,6 @@ func (l *Listener) serveWS(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Accept has answered (400, 403, 426)
 	}
-	if c.Subprotocol() == "" {
-		// [MQTT-6.0.0-3]: the client must offer "mqtt".
-		c.Close(websocket.StatusProtocolError, `the WebSocket subprotocol "mqtt" is required`)
-		return
-	}
 	remote := netAddr(r.RemoteAddr)
 	id := certIdentity(r.TLS)
 	nc := newWSConn(c, peerAddr(remote, id, l.cfg.AllowAnonymous), id)
@@ -57,6 +62,26 @@ func (l *Listener) serveWS(w http.ResponseWriter, r *http.Request) {
 	case <-l.done:
 		nc.Close()
 	}
+}
+
+// isUpgrade reports whether r asks for a WebSocket. Other requests are
+// left to websocket.Accept, which answers them (426 Upgrade Required).
+func isUpgrade(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}
+
+// offersSubprotocol reports whether r's Sec-WebSocket-Protocol headers
+// offer one of Subprotocols (the header may be repeated, and each is a
+// comma-separated list).
+func offersSubprotocol(r *http.Request) bool {
+	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for p := range strings.SplitSeq(v, ",") {
+			if slices.Contains(Subprotocols, strings.TrimSpace(p)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // netAddr turns an http.Request's RemoteAddr back into a *net.TCPAddr,

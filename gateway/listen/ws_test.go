@@ -153,17 +153,41 @@ func TestWebSocketRefusals(t *testing.T) {
 	serve(t, newAuth(t, auth.Config{}), broker.Options{}, l)
 	base := "http://" + l.Addr().String()
 
-	// No "mqtt" subprotocol: closed with a protocol error.
-	nc, err := dialWS(t, l.URL(), &websocket.DialOptions{Subprotocols: []string{"chat"}})
-	if err != nil {
-		t.Fatal(err)
+	// No "mqtt" subprotocol: refused in the handshake, at once, with a
+	// reason that names the one required.
+	for _, offer := range [][]string{{"foo"}, {}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		c, resp, err := websocket.Dial(ctx, l.URL(), &websocket.DialOptions{Subprotocols: offer})
+		cancel()
+		if err == nil {
+			c.CloseNow()
+			t.Errorf("offering %q: upgraded, want refused", offer)
+			continue
+		}
+		if resp == nil {
+			t.Errorf("offering %q: %v, want an HTTP answer", offer, err)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `subprotocol "mqtt" is required`) {
+			t.Errorf("offering %q: %d %q, want 400 naming mqtt", offer, resp.StatusCode, body)
+		}
 	}
-	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	_, err = nc.Read(make([]byte, 1))
-	if websocket.CloseStatus(err) != websocket.StatusProtocolError {
-		t.Errorf("without the subprotocol: %v", err)
+	// Offered among others, or as mqttv3.1, it is chosen.
+	for _, offer := range [][]string{{"foo", "mqtt"}, {"mqttv3.1"}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c, _, err := websocket.Dial(ctx, l.URL(), &websocket.DialOptions{Subprotocols: offer})
+		cancel()
+		if err != nil {
+			t.Errorf("offering %q: %v", offer, err)
+			continue
+		}
+		if got, want := c.Subprotocol(), offer[len(offer)-1]; got != want {
+			t.Errorf("offering %q: subprotocol %q, want %q", offer, got, want)
+		}
+		c.CloseNow()
 	}
-	nc.Close()
 
 	client := &http.Client{Timeout: 5 * time.Second}
 	get := func(path string, hdr map[string]string) int {

@@ -272,6 +272,17 @@ type LED struct {
 // Name returns the name the LED was added with.
 func (l *LED) Name() string { return l.name }
 
+// Device describes the lamp behind the LED as its Light names itself
+// ("GPIO17", a sysfs LED's directory, "simulated"), or "" for a Light
+// without a String method. The status page shows it, so that a wrong pin
+// is seen before anyone climbs up to the cabinet.
+func (l *LED) Device() string {
+	if s, ok := l.light.(fmt.Stringer); ok {
+		return s.String()
+	}
+	return ""
+}
+
 // Set shows p from the next Step on, starting at the beginning of p's
 // cycle. Setting the pattern the LED already shows changes nothing, so a
 // caller may set it on every health report without restarting the blink.

@@ -32,8 +32,15 @@
 # The kernel and busybox come from Debian's arm64 packages (apt-get
 # download after dpkg --add-architecture arm64), cached in
 # $LINEMQ_APPLIANCE_CACHE (default ~/.cache/linemq-appliance).
-# Needs qemu-system-arm, cpio, curl, mosquitto-clients, Go (the helper).
+# Needs qemu-system-arm, cpio, curl, mosquitto-clients, python3, Go (the
+# helper); checked first (needs.sh). appliance-test.sh --needs only checks.
 set -euo pipefail
+
+"$(dirname "$0")/needs.sh" appliance-test \
+	qemu-system-aarch64:qemu-system-arm cpio:cpio gzip:gzip curl:curl \
+	mosquitto_sub:mosquitto-clients mosquitto_pub:mosquitto-clients python3:python3 \
+	dpkg:dpkg apt-get:apt
+[ "${1-}" = --needs ] && exit 0
 
 bin=$(realpath "${1:?usage: appliance-test.sh BINARY}")
 repo=$(cd "$(dirname "$0")/../.." && pwd)

@@ -10,7 +10,10 @@
 # With "check", the tarball is unpacked again and linemq is cross-built
 # from it the way Buildroot does: GOPROXY=off, -mod=vendor, an empty module
 # cache, CGO_ENABLED=0, linux/arm64.
+# Needs git (and tar, gzip, sha256sum, which every Debian has).
 set -eu
+
+"$(dirname "$0")/needs.sh" dist git:git tar:tar gzip:gzip sha256sum:coreutils
 
 version=${1:?usage: dist.sh VERSION OUTDIR [check]}
 out=${2:?usage: dist.sh VERSION OUTDIR [check]}

@@ -21,8 +21,14 @@
 # ...), flushed or kill; POWERCUT_DISK_CACHE: writeback (default), none or
 # unsafe; POWERCUT_APPEND: more kernel arguments (linemq.mount=OPTS adds
 # ext4 mount options, e.g. barrier=0 for a control that must fail).
-# Needs qemu-system-arm, e2fsprogs (mkfs.ext4, e2fsck, debugfs), cpio, Go.
+# Needs qemu-system-arm, e2fsprogs (mkfs.ext4, e2fsck, debugfs), cpio, Go;
+# checked first (needs.sh). powercut-test.sh --needs only checks.
 set -euo pipefail
+
+"$(dirname "$0")/needs.sh" powercut-test \
+	qemu-system-aarch64:qemu-system-arm mkfs.ext4:e2fsprogs e2fsck:e2fsprogs debugfs:e2fsprogs \
+	cpio:cpio gzip:gzip dpkg:dpkg apt-get:apt
+[ "${1-}" = --needs ] && exit 0
 
 bin=$(realpath "${1:?usage: powercut-test.sh BINARY [MODE...]}")
 shift
@@ -42,9 +48,6 @@ fail() {
 	echo "powercut-test: FAIL: $*"
 	exit 1
 }
-for t in qemu-system-aarch64 mkfs.ext4 e2fsck debugfs cpio; do
-	command -v "$t" >/dev/null || fail "needs $t (apt-get install qemu-system-arm e2fsprogs cpio)"
-done
 
 # shellcheck source=guest-kernel.sh
 . "$repo/scripts/appliance/guest-kernel.sh"

@@ -15,9 +15,16 @@
 #   5. the board's post-image.sh (genimage) writes sdcard.img;
 #   6. the partition table is read from the MBR; the FAT partition is read
 #      with mtools, the ext4 ones with debugfs.
-# Needs genimage, mtools, dosfstools, e2fsprogs (Debian packages) and
-# qemu-user-static to run the ARM binary.
+# Needs genimage, mtools, dosfstools, e2fsprogs, systemd (systemctl)
+# (Debian packages) and qemu-user-static to run the ARM binary; checked
+# first (needs.sh). sdimage-smoke.sh --needs only checks.
 set -euo pipefail
+
+"$(dirname "$0")/needs.sh" sdimage-smoke \
+	genimage:genimage mkfs.vfat:dosfstools mcopy:mtools minfo:mtools mdir:mtools mtype:mtools mlabel:mtools \
+	mkfs.ext4:e2fsprogs mke2fs:e2fsprogs debugfs:e2fsprogs dumpe2fs:e2fsprogs \
+	systemctl:systemd qemu-aarch64-static:qemu-user-static
+[ "${1-}" = --needs ] && exit 0
 
 bin=$(realpath "${1:?usage: sdimage-smoke.sh BINARY [BOARD]}")
 board=${2:-rpi4_64}

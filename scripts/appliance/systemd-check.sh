@@ -11,7 +11,14 @@
 #     the state directory are created as at boot;
 #   - systemd-analyze security --offline: fails above THRESHOLD (in tenths:
 #     15 is an exposure level of 1.5).
+# Needs systemd (systemd-analyze, systemd-sysusers, systemd-tmpfiles,
+# systemctl); checked first (needs.sh). systemd-check.sh --needs only
+# checks.
 set -eu
+
+"$(dirname "$0")/needs.sh" systemd-check \
+	systemd-analyze:systemd systemd-sysusers:systemd systemd-tmpfiles:systemd systemctl:systemd
+[ "${1-}" = --needs ] && exit 0
 
 threshold=${1:-15}
 here=$(cd "$(dirname "$0")" && pwd)

@@ -107,12 +107,29 @@
   const pct = (v) => (v === null || v === undefined ? "–" : Math.round(v * 100) + "%");
   const humanize = (k) => k.replace(/_/g, " ").replace(/^./, (c) => c.toUpperCase());
 
+  // apiURL is path under the page's own address without a user name and
+  // password in it: a page opened as http://user:pass@host/ would otherwise
+  // have every fetch refused before it is sent.
+  function apiURL(path) {
+    const u = new URL(path, location.href);
+    u.username = "";
+    u.password = "";
+    return u.href;
+  }
+
+  // getJSON fetches path; an answer other than 2xx throws an Error whose
+  // status is the HTTP status, so the banner can tell a refused login from
+  // a gateway that does not answer.
   async function getJSON(path) {
     const ctl = new AbortController();
     const timer = setTimeout(() => ctl.abort(), TIMEOUT_MS);
     try {
-      const r = await fetch(path, { signal: ctl.signal, cache: "no-store" });
-      if (!r.ok) throw new Error(path + ": HTTP " + r.status);
+      const r = await fetch(apiURL(path), { signal: ctl.signal, cache: "no-store" });
+      if (!r.ok) {
+        const e = new Error(path + ": HTTP " + r.status);
+        e.status = r.status;
+        throw e;
+      }
       return await r.json();
     } finally {
       clearTimeout(timer);
@@ -127,7 +144,16 @@
     pages: [""],           // "after" cursors of the pages walked through
     clientsTimer: null,
     rates: null,           // the last rates, to redraw the chart on resize
+    refused: false,        // the login was refused: polling has stopped
   };
+
+  // refusedLogin reports whether err (from getJSON) is the gateway turning
+  // the login away. The page then stops polling: each request would bring
+  // up the browser's login dialog again, every second, and lengthen the
+  // throttle of an address that keeps failing. A reload starts afresh.
+  function refusedLogin(err) {
+    return err && (err.status === 401 || err.status === 403 || err.status === 429);
+  }
 
   // --- header, key figures, health, panels ---
   function setPill(el, state, text) {
@@ -185,7 +211,7 @@
       sync_mode: ["Sync mode"],
     });
     renderCluster($("cluster"), st.cluster);
-    renderPanel($("hw"), st.hw, {});
+    renderHW($("hw"), st.hw);
     renderBridges(st.bridges || []);
     // A panel of another part goes here: a <section> in index.html and
     // one line calling renderPanel, or a renderer of its own like
@@ -217,6 +243,29 @@
       items.push(h("dt", null, label), h("dd", { class: bad ? "bad" : null, data: { key: k } }, text));
     }
     return items;
+  }
+
+  // renderHW shows the board, each LED (its pin or "simulated", its
+  // pattern) and the watchdog; a gateway without hardware gets the API's
+  // reason, as the other panels do.
+  function renderHW(dl, hw) {
+    if (!hw || hw.configured === false || !hw.watchdog) {
+      patchChildren(dl, panelItems(hw, {}));
+      return;
+    }
+    const w = hw.watchdog, items = [h("dt", null, "Board"), h("dd", null, hw.board || "–")];
+    for (const l of hw.leds || []) {
+      items.push(h("dt", null, humanize(l.name) + " LED"),
+        h("dd", { data: { key: "led-" + l.name } }, (l.device || "–") + " · " + l.pattern + (l.lit ? " · lit" : "")));
+    }
+    const fed = (w.feeders || []).length > 0;
+    items.push(h("dt", null, "Watchdog"),
+      h("dd", { class: fed && !w.feeding ? "bad" : null, data: { key: "watchdog" }, title: w.reason || "" },
+        !fed ? "none" : w.feeding ? "fed every " + fmtDur(w.period_seconds) + " · last " + fmtAgo(w.last_feed)
+          : "not fed: " + (w.reason || "health check failing") + " (since " + fmtAgo(w.since) + ")"));
+    if (fed) items.push(h("dt", null, "Fed"), h("dd", { class: "mono" }, w.feeders.join(", ")));
+    if ((w.errors || []).length) items.push(h("dt", null, "Errors"), h("dd", { class: "bad" }, w.errors.join("; ")));
+    patchChildren(dl, items);
   }
 
   // renderCluster shows a clustered gateway's nodes (with this node's
@@ -451,7 +500,7 @@
   async function loadClients() {
     clearTimeout(ui.clientsTimer);
     ui.clientsTimer = null;
-    if (document.hidden) return; // resumed by the visibilitychange handler
+    if (document.hidden || ui.refused) return; // resumed by the visibilitychange handler
     const after = ui.pages[ui.pages.length - 1];
     const q = new URLSearchParams({ limit: CLIENTS_PAGE });
     if (ui.search) q.set("q", ui.search);
@@ -459,7 +508,13 @@
     try {
       renderClients(await getJSON("api/v1/clients?" + q));
     } catch (e) {
-      /* the status poll shows the connection state */
+      // The status poll shows the connection state, but a refused login
+      // stops both polls, whichever saw it first.
+      if (refusedLogin(e)) {
+        ui.refused = true;
+        setLive(false, e);
+        return;
+      }
     }
     ui.clientsTimer = setTimeout(loadClients, CLIENTS_MS);
   }
@@ -489,22 +544,37 @@
   // --- the poll ---
   let lastGroups = [];
   // setLive marks the live dot (no animation: one would repaint the page
-  // sixty times a second) and says when the last update came.
-  function setLive(ok) {
-    const l = $("live");
+  // sixty times a second) and says when the last update came; on a failed
+  // poll the banner says why (err: what getJSON threw). The banner is set
+  // on every call, not only when the dot changes: before the first answer
+  // the dot is neither on nor stale, and a page whose very first poll
+  // fails (a refused login) must say so rather than stay on "…".
+  function setLive(ok, err) {
+    const l = $("live"), b = $("banner");
     if (l.classList.contains("on") !== ok) {
       l.classList.toggle("on", ok);
       l.classList.toggle("stale", !ok);
-      $("banner").classList.toggle("hidden", ok);
     }
-    l.title = ok ? "updated " + new Date().toLocaleTimeString() : "no answer from the gateway";
+    if (b.classList.contains("hidden") !== ok) b.classList.toggle("hidden", ok);
+    if (ok) {
+      l.title = "updated " + new Date().toLocaleTimeString();
+      return;
+    }
+    const status = err && err.status;
+    const text = status === 401 ? "Login failed (HTTP 401): the gateway refused the user name and password. Reload the page and log in with a user of the gateway's password file."
+      : status === 403 ? "Login failed (HTTP 403): this user may not see the status page (http.users). Reload the page and log in as another user."
+      : status === 429 ? "Too many failed logins from this address (HTTP 429): wait a while, then reload the page."
+      : status ? "The gateway answered HTTP " + status + ": the figures below are stale."
+      : "No answer from the gateway: the figures below are stale.";
+    setText(b, text);
+    l.title = text;
   }
 
   let pollTimer = null, polling = false;
   async function poll() {
     clearTimeout(pollTimer);
     pollTimer = null;
-    if (document.hidden || polling) return; // resumed by the visibilitychange handler
+    if (document.hidden || polling || ui.refused) return; // resumed by the visibilitychange handler
     polling = true;
     try {
       const [st, gr] = await Promise.all([getJSON("api/v1/status"), getJSON("api/v1/groups")]);
@@ -513,9 +583,11 @@
       renderGroups(lastGroups);
       setLive(true);
     } catch (e) {
-      setLive(false);
+      if (refusedLogin(e)) ui.refused = true;
+      setLive(false, e);
     }
     polling = false;
+    if (ui.refused) return;
     if (!document.hidden) pollTimer = setTimeout(poll, POLL_MS);
   }
 
