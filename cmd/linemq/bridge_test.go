@@ -74,7 +74,8 @@ func TestBridgeOutage(t *testing.T) {
 	}
 	began := time.Now()
 	dir := t.TempDir()
-	raddr, laddr := freeAddr(t), freeAddr(t)
+	two := freeAddrs(t, 2)
+	raddr, laddr := two[0], two[1]
 	remoteArgs := []string{"-node-id", "site", "-mqtt-listen", raddr, "-http-listen", "", "-data-dir", filepath.Join(dir, "remote")}
 	cfg := filepath.Join(dir, "gw1.yaml")
 	writeFile(t, cfg, fmt.Sprintf(`node_id: gw1

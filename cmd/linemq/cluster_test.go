@@ -27,14 +27,23 @@ import (
 
 // freeAddr returns a loopback host:port the OS has just handed out; etcd's
 // member URLs must be known before it listens.
-func freeAddr(t *testing.T) string {
+func freeAddr(t *testing.T) string { return freeAddrs(t, 1)[0] }
+
+// freeAddrs returns n distinct loopback host:ports: all are held open
+// until each is known, since a port closed at once may be handed out again
+// by the next call (etcd then refuses a duplicate URL).
+func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		out = append(out, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return out
 }
 
 // worker is a persistent share-group member reading in the background.
@@ -125,8 +134,9 @@ var readyAddrsRE = regexp.MustCompile(`msg=ready .*mqtt=(\S+)(?: http=(\S+))?`)
 
 func startCluster3(t *testing.T, extra ...string) *cluster3 {
 	c := &cluster3{t: t, dir: t.TempDir(), extra: extra}
+	addrs := freeAddrs(t, 6)
 	for i := range 3 {
-		c.peers[i], c.clients[i] = "http://"+freeAddr(t), "http://"+freeAddr(t)
+		c.peers[i], c.clients[i] = "http://"+addrs[2*i], "http://"+addrs[2*i+1]
 		if i > 0 {
 			c.ic += ","
 		}
@@ -558,14 +568,15 @@ func TestClusterConnectBeforeReady(t *testing.T) {
 		t.Skip("processes and an etcd member")
 	}
 	c := &cluster3{t: t, dir: t.TempDir()}
+	addrs := freeAddrs(t, 7)
 	for i := range 3 {
-		c.peers[i], c.clients[i] = "http://"+freeAddr(t), "http://"+freeAddr(t)
+		c.peers[i], c.clients[i] = "http://"+addrs[2*i], "http://"+addrs[2*i+1]
 		if i > 0 {
 			c.ic += ","
 		}
 		c.ic += fmt.Sprintf("n%d=%s", i+1, c.peers[i])
 	}
-	mqttAddr := freeAddr(t)
+	mqttAddr := addrs[6]
 	args := c.args(0)
 	args[slices.Index(args, "-mqtt-listen")+1] = mqttAddr
 	d := start(t, args...)
