@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -810,7 +811,14 @@ func (l *link) dialLoop() {
 			l.mu.Lock()
 			l.last = err
 			l.mu.Unlock()
-			if !failing {
+			switch {
+			case failing:
+			case strings.Contains(err.Error(), "is not a peer of"):
+				// The other node's registry copy does not list this one
+				// yet: every start of a line meets it for a moment. If it
+				// lasts, cluster_peers says so.
+				l.log.Info("peer does not know this node yet; dialling again", "addr", addr, "err", err)
+			default:
 				l.log.Warn("peer dial failed", "addr", addr, "err", err)
 			}
 			failing = true

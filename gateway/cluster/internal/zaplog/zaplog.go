@@ -11,6 +11,7 @@ package zaplog
 import (
 	"context"
 	"log/slog"
+	"strings"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -67,8 +68,37 @@ func (c *core) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	if e.LoggerName != "" {
 		args = append(args, slog.String("logger", e.LoggerName))
 	}
-	c.l.Log(context.Background(), level(e.Level), e.Message, args...)
+	lvl := level(e.Level)
+	if lvl > slog.LevelInfo && closing(fields) {
+		// etcd reports its own listeners and servers closing as errors
+		// ("setting up serving from embedded etcd failed ... use of
+		// closed network connection", dozens per stop): a normal stop
+		// logs no ERROR, so these go to the debug log.
+		lvl = slog.LevelDebug
+	}
+	c.l.Log(context.Background(), lvl, e.Message, args...)
 	return nil
+}
+
+// closing reports whether an error field is only a server or listener
+// being closed.
+func closing(fields []zapcore.Field) bool {
+	for _, f := range fields {
+		if f.Type != zapcore.ErrorType {
+			continue
+		}
+		err, ok := f.Interface.(error)
+		if !ok || err == nil {
+			continue
+		}
+		// The errors of a server or listener being closed on purpose.
+		for _, t := range [...]string{"use of closed network connection", "mux: server closed", "http: Server closed", "grpc: the server has been stopped"} {
+			if strings.Contains(err.Error(), t) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (c *core) Sync() error { return nil }

@@ -35,3 +35,22 @@ func TestFieldsAndLevelsReachSlog(t *testing.T) {
 func TestNilLoggerIsNop(t *testing.T) {
 	New(nil, "x").Error("nobody hears this")
 }
+
+// TestClosingIsNotAnError: etcd's reports of its own servers closing
+// (dozens of ERROR lines per normal stop) reach slog at debug level;
+// other errors keep theirs.
+func TestClosingIsNotAnError(t *testing.T) {
+	var buf bytes.Buffer
+	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	z := New(l, "etcd")
+	z.Error("setting up serving from embedded etcd failed.", zap.Error(errors.New("accept tcp 127.0.0.1:2379: use of closed network connection")))
+	z.Warn("stopping insecure grpc server due to error", zap.Error(errors.New("mux: server closed")))
+	z.Error("failed", zap.Error(errors.New("disk full")))
+	out := buf.String()
+	if strings.Contains(out, "setting up serving") || strings.Contains(out, "stopping insecure grpc") {
+		t.Errorf("a server closing was logged at info or above:\n%s", out)
+	}
+	if !strings.Contains(out, `level=ERROR msg=failed component=etcd error="disk full"`) {
+		t.Errorf("a real error lost its level:\n%s", out)
+	}
+}
