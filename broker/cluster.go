@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/linemq/linemq/broker/packet"
@@ -442,6 +443,7 @@ func (w *remoteWait) refuseLocked(p *pendingAck) {
 func (g *shareGroup) deliverRemote(m *Message, sub *subscription, w *remoteWait, tried []string) {
 	srv := g.srv
 	srv.stats.clusterDelivers.Add(1)
+	var sent atomic.Bool // Deliver returned: an answer now comes from the other node
 	srv.opts.Cluster.Deliver(*sub.remote, m, func(err error) {
 		if err == nil {
 			w.finish(false)
@@ -452,8 +454,17 @@ func (g *shareGroup) deliverRemote(m *Message, sub *subscription, w *remoteWait,
 		g.delivered.Add(^uint64(0))
 		sub.delivered.Add(^uint64(0))
 		srv.stats.clusterRepicks.Add(1)
-		g.repick(srv.maybeDelivered(m, errors.Is(err, ErrMaybeDelivered)), w, append(tried, sub.remote.ClientID))
+		// Refused at once, the message is picked again before anything
+		// later is: its order holds. Answered later (not here, expired,
+		// an error, or no answer at all), messages picked after it may
+		// have reached the next member first: its copy carries DUP, as a
+		// message handed on, so that it is not taken for one out of
+		// order; and where the first delivery may have arrived, it may be
+		// a duplicate too.
+		handedOn := sent.Load() || errors.Is(err, ErrMaybeDelivered)
+		g.repick(srv.maybeDelivered(m, handedOn), w, append(tried, sub.remote.ClientID))
 	})
+	sent.Store(true)
 }
 
 // repick finds another member for a message whose directed delivery
