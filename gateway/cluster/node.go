@@ -237,17 +237,17 @@ func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool) erro
 		n.srv.Drop(clientID)
 	}
 	if err != nil && ctx.Err() != nil {
-		// etcd did not answer in time (a leader election, a partition):
-		// the node keeps serving on its last copy, which shows no other
-		// owner. Refusing would stop every reconnect for as long as etcd
-		// is away; the claim is made again at the client's next connect.
-		n.log.Warn("session claimed from the local copy: etcd did not answer", "client", clientID, "err", err)
-		n.claimMu.Lock()
-		if _, ok := n.claimed[clientID]; !ok {
-			n.claimed[clientID] = 0 // any claim elsewhere is later than this one
+		// etcd did not answer in time (an election, a partition, a
+		// starved machine). Serving the client from the last copy would
+		// leave any other copy of its session (a restarted node's restored
+		// one) a member of its groups, taking the client's share of
+		// messages that are acknowledged and never delivered: the CONNECT
+		// is refused (0x88) and the client tries again.
+		if adopted {
+			n.srv.Drop(clientID)
 		}
-		n.claimMu.Unlock()
-		return nil
+		n.log.Warn("session not claimed: etcd did not answer in time; CONNECT refused", "client", clientID, "err", err)
+		return fmt.Errorf("cluster: claiming the session: etcd did not answer in time: %w", err)
 	}
 	return err
 }
