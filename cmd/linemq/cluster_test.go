@@ -271,13 +271,7 @@ func clusterFault(t *testing.T, fault string) {
 	if testing.Short() {
 		t.Skip("processes and an etcd quorum")
 	}
-	c := startCluster3(t)
-	got := &crashTracker{seen: map[uint64]int{}}
-	var workers [3]*worker
-	for i := range 3 {
-		workers[i] = startWorker(t, c.addrs[i], fmt.Sprint("w", i+1), true, got)
-	}
-	routedEverywhere(t, c, workers)
+	c, got, workers := startShareLine(t)
 
 	var pubs []*publisher
 	for i := range 3 {
@@ -731,6 +725,20 @@ func getText(t *testing.T, url string) string {
 	return string(b)
 }
 
+// startShareLine starts three nodes with a persistent member of
+// $share/g/cl/# on each, and returns once every node routes to all three.
+func startShareLine(t *testing.T) (*cluster3, *crashTracker, [3]*worker) {
+	t.Helper()
+	c := startCluster3(t)
+	got := &crashTracker{seen: map[uint64]int{}}
+	var workers [3]*worker
+	for i := range 3 {
+		workers[i] = startWorker(t, c.addrs[i], fmt.Sprint("w", i+1), true, got)
+	}
+	routedEverywhere(t, c, workers)
+	return c, got, workers
+}
+
 // routedEverywhere waits until every node routes to all three members:
 // probes from each node reach every worker.
 func routedEverywhere(t *testing.T, c *cluster3, workers [3]*worker) {
@@ -768,13 +776,7 @@ func TestClusterMemberLeaves(t *testing.T) {
 	if testing.Short() {
 		t.Skip("processes and an etcd quorum")
 	}
-	c := startCluster3(t)
-	got := &crashTracker{seen: map[uint64]int{}}
-	var workers [3]*worker
-	for i := range 3 {
-		workers[i] = startWorker(t, c.addrs[i], fmt.Sprint("w", i+1), true, got)
-	}
-	routedEverywhere(t, c, workers)
+	c, got, workers := startShareLine(t)
 	pubs := []*publisher{startPublisher(t, c.addrs[0], 1), startPublisher(t, c.addrs[2], 3)}
 	time.Sleep(time.Second) // traffic before the member leaves
 	workers[1].conn.write((&packet.Unsubscribe{PacketID: 2, Filters: [][]byte{[]byte("$share/g/cl/#")}}).Append(nil, packet.V5))
