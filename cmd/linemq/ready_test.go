@@ -1,21 +1,15 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/linemq/linemq/internal/certtest"
 )
 
 // readyListenersRE reads the ready line as scripts do: mqtt= first, http=
@@ -28,7 +22,7 @@ var readyListenersRE = regexp.MustCompile(`msg=ready .*mqtt=(\S+) http=(\S+) lis
 // http=, and each address must accept connections.
 func TestReadyNamesListeners(t *testing.T) {
 	dir := t.TempDir()
-	cert, key := selfSigned(t, dir)
+	cert, key := certtest.NewCA(t, "linemq-test-ca").Files(t, "127.0.0.1")
 	cfgFile := filepath.Join(dir, "linemq.yaml")
 	writeFile(t, cfgFile, `listeners:
   - type: tcp
@@ -83,42 +77,4 @@ func TestReadyNamesListeners(t *testing.T) {
 		}
 		c.Close()
 	}
-}
-
-// selfSigned writes a self-signed certificate for 127.0.0.1 and its key
-// into dir and returns their file names.
-func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "linemq-test"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile = filepath.Join(dir, "server.crt")
-	keyFile = filepath.Join(dir, "server.key")
-	for _, f := range []struct {
-		name, typ string
-		der       []byte
-	}{{certFile, "CERTIFICATE", der}, {keyFile, "EC PRIVATE KEY", kder}} {
-		if err := os.WriteFile(f.name, pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return certFile, keyFile
 }

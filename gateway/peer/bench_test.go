@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/linemq/linemq/broker"
-	"github.com/linemq/linemq/gateway/peer/internal/certtest"
+	"github.com/linemq/linemq/internal/certtest"
 )
 
 // benchHandler accepts every delivery at once and releases one slot of

@@ -14,7 +14,7 @@ import (
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/broker/packet"
-	"github.com/linemq/linemq/gateway/peer/internal/certtest"
+	"github.com/linemq/linemq/internal/certtest"
 )
 
 func TestForwardAndDeliverBothWays(t *testing.T) {

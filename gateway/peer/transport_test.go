@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/linemq/linemq/gateway/peer"
-	"github.com/linemq/linemq/gateway/peer/internal/certtest"
 	"github.com/linemq/linemq/gateway/peer/peertest"
+	"github.com/linemq/linemq/internal/certtest"
 )
 
 func TestGRPCTransport(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -56,42 +57,13 @@ func NewCA(t testing.TB, name string) *CA {
 	return ca
 }
 
-// Issue makes a certificate naming names (DNS SANs; the first is also the
-// common name), for use as both server and client, writes it and its key
-// next to the CA, and returns a TLS config loaded from those files: the
+// Issue makes a certificate naming names (see Files), for use as both
+// server and client, and returns a TLS config loaded from its files: the
 // certificate, and the CA as the only root.
 func (ca *CA) Issue(t testing.TB, names ...string) *tls.Config {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: names[0]},
-		DNSNames:     names,
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := filepath.Join(ca.Dir, serial.String())
-	writePEM(t, base+".crt", "CERTIFICATE", der)
-	writePEM(t, base+".key", "EC PRIVATE KEY", keyDER)
-
-	pair, err := tls.LoadX509KeyPair(base+".crt", base+".key")
+	certFile, keyFile := ca.Files(t, names...)
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +76,49 @@ func (ca *CA) Issue(t testing.TB, names ...string) *tls.Config {
 		t.Fatalf("no CA certificate in %s", ca.File)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS13}
+}
+
+// Files makes a certificate naming names (DNS SANs, or IP SANs for those
+// that parse as addresses; the first is also the common name), for use as
+// both server and client, and writes it and its key next to the CA as PEM
+// files, whose paths it returns.
+func (ca *CA) Files(t testing.TB, names ...string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: names[0]},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(ca.Dir, serial.String())
+	writePEM(t, base+".crt", "CERTIFICATE", der)
+	writePEM(t, base+".key", "EC PRIVATE KEY", keyDER)
+	return base + ".crt", base + ".key"
 }
 
 func writePEM(t testing.TB, path, typ string, der []byte) {
