@@ -253,6 +253,13 @@ func startPublisher(t *testing.T, addr string, tag uint64) *publisher {
 	return p
 }
 
+// count returns how many publishes were acknowledged so far.
+func (p *publisher) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.acked)
+}
+
 // finish stops p and returns what was acknowledged.
 func (p *publisher) finish() []uint64 {
 	select {
@@ -797,4 +804,75 @@ func TestClusterMemberLeaves(t *testing.T) {
 	if len(refused) > 0 {
 		t.Errorf("publishes refused while a member left and two others were there: %v", refused)
 	}
+}
+
+// TestClusterRestartedNodeKeepsNoMovedMember is the loss of fault-suite
+// seed 1: a node killed and restarted at once on its data restores an
+// offline member's session, while the records its previous run held in
+// etcd (the session's ownership among them) go with that run's lease. The
+// member then resumes on another node. The restarted node must own what it
+// restored (so that the session is handed over from it) or give it up when
+// another node takes the client; it must never stay a member of the group
+// for a client served elsewhere, taking its turn of messages that are
+// acknowledged and never delivered.
+func TestClusterRestartedNodeKeepsNoMovedMember(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes and an etcd quorum")
+	}
+	c := startCluster3(t)
+	got := &crashTracker{seen: map[uint64]int{}}
+	stA := startWorker(t, c.addrs[0], "stA", true, got)
+	defer stA.conn.nc.Close()
+	stB := startWorker(t, c.addrs[2], "stB", true, got)
+	routed := func(w *worker) bool {
+		p := startPublisher(t, c.addrs[0], 9000)
+		defer p.finish()
+		before := w.n.Load()
+		return waitFor(20*time.Second, func() bool { return w.n.Load() > before })
+	}
+	if !routed(stB) {
+		t.Fatal("node 1 never routed to the member on node 3")
+	}
+	stB.conn.nc.Close() // offline; its session (expiry 3600) stays on node 3
+	<-stB.done
+
+	c.ds[2].cmd.Process.Kill()
+	c.restart(2) // within its lease: the new run revokes the old one's records
+
+	// stB resumes on node 1, handed over from node 3 (Session Present 1).
+	var resumed *worker
+	if !waitFor(30*time.Second, func() bool {
+		c, present, err := dialMQTT(c.addrs[0], "stB", false)
+		if err != nil {
+			time.Sleep(200 * time.Millisecond)
+			return false
+		}
+		c.nc.Close()
+		if !present {
+			t.Errorf("stB resumed on node 1 with Session Present 0: node 3 did not hand its session over")
+		}
+		return true
+	}) {
+		t.Fatal("stB could not resume on node 1")
+	}
+	resumed = startWorker(t, c.addrs[0], "stB", false, got)
+	defer resumed.conn.nc.Close()
+	if t.Failed() {
+		resumed.conn.write((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("$share/g/cl/#"), QoS: 1}}}).Append(nil, packet.V5))
+	}
+
+	pubs := []*publisher{startPublisher(t, c.addrs[0], 1), startPublisher(t, c.addrs[1], 2)}
+	if !waitFor(30*time.Second, func() bool { return pubs[0].count()+pubs[1].count() >= 400 }) {
+		t.Fatal("the publishers stalled")
+	}
+	var acked []uint64
+	for _, p := range pubs {
+		acked = append(acked, p.finish()...)
+	}
+	if !waitFor(30*time.Second, func() bool { m, _ := got.missing(acked); return m == 0 }) {
+		m, _ := got.missing(acked)
+		t.Fatalf("%d of %d acknowledged messages never delivered to any member", m, len(acked))
+	}
+	_, dups := got.missing(acked)
+	t.Logf("all %d acknowledged messages delivered; %d duplicates", len(acked), dups)
 }

@@ -65,8 +65,12 @@ type Node struct {
 	// each client it claimed: a claim by another node with a later
 	// revision means this node lost the client, whatever the record
 	// names as its predecessor (see HandleEvent).
-	claimMu sync.Mutex
-	claimed map[string]int64
+	//
+	// claiming counts the claims of each client under way here: a record
+	// of another node's seen meanwhile may be the one being taken over.
+	claimMu  sync.Mutex
+	claimed  map[string]int64
+	claiming map[string]int
 
 	// ready is closed once the node knows the others and has settled its
 	// restored sessions: a CONNECT before then waits for it (Claim).
@@ -104,6 +108,7 @@ func NewNode(o NodeOptions) (*Node, error) {
 // registry starts.
 func (n *Node) init(ro registry.Options) error {
 	n.claimed = map[string]int64{}
+	n.claiming = map[string]int{}
 	n.ready = make(chan struct{})
 	ro.OnEvent = n.HandleEvent
 	reg, err := registry.New(ro)
@@ -203,6 +208,8 @@ func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool) erro
 		// waiting in the kernel's backlog for as long as the start takes.
 		return errNotReady
 	}
+	n.startClaim(clientID)
+	defer n.endClaim(clientID)
 	adopted := false
 	o, ok := n.reg.SessionOwner(clientID)
 	if !cleanStart {
@@ -258,8 +265,12 @@ var errNotReady = errors.New("cluster: this gateway is still joining its line")
 // Reconcile settles the sessions the broker restored from its store with
 // what the registry says once it is loaded: a session another node owns
 // now (its client moved while this node was down) is let go (Evict: its
-// share-group messages go to the other members), and one nobody owns is
+// share-group messages go to the other members), and every other one is
 // claimed, so that a client resuming it elsewhere is handed it from here.
+// A record naming this node is claimed again too: it is the previous
+// run's, which goes with that run's lease (revoked as this run registers,
+// or expiring), and a session held here without a claim of this run's
+// would stay a member of its groups after its client resumed elsewhere.
 // Call it once the registry is Ready.
 func (n *Node) Reconcile(ctx context.Context) {
 	// Claims go many at a time: the registrar commits them in batches,
@@ -275,11 +286,12 @@ func (n *Node) Reconcile(ctx context.Context) {
 		case owned && o.Node != n.self:
 			n.log.Info("letting go of a restored session another node owns now", "client", c.ClientID, "owner", o.Node, "queued", c.Queued)
 			n.srv.Evict(c.ClientID)
-		case !owned:
+		default:
 			sem <- struct{}{}
 			wg.Add(1)
+			n.startClaim(c.ClientID)
 			go func(id string) {
-				defer func() { <-sem; wg.Done() }()
+				defer func() { <-sem; wg.Done(); n.endClaim(id) }()
 				claim, err := n.reg.ClaimSession(ctx, id)
 				if err != nil {
 					n.log.Warn("claiming a restored session", "client", id, "err", err)
@@ -445,6 +457,21 @@ func (n *Node) setClaimed(client string, rev int64) {
 	n.claimMu.Unlock()
 }
 
+// startClaim and endClaim bracket a claim of client made here.
+func (n *Node) startClaim(client string) {
+	n.claimMu.Lock()
+	n.claiming[client]++
+	n.claimMu.Unlock()
+}
+
+func (n *Node) endClaim(client string) {
+	n.claimMu.Lock()
+	if n.claiming[client]--; n.claiming[client] <= 0 {
+		delete(n.claiming, client)
+	}
+	n.claimMu.Unlock()
+}
+
 // lost reports whether a SessionOwned event by another node means this
 // node no longer owns the client: the new record is later than this
 // node's own claim. Its predecessor alone does not tell: when this node's
@@ -452,6 +479,11 @@ func (n *Node) setClaimed(client string, rev int64) {
 // TTL) and another node claimed the client afterwards, the new record
 // names no predecessor, yet this node may still have the client connected.
 // A claim older than this node's own is one this node took over from.
+//
+// With no claim of this run's (a restored session whose claim failed, a
+// session handed over from here), another node's record means the client
+// is served there: whatever this node holds of it goes, unless a claim is
+// under way here, which takes over from that very record.
 func (n *Node) lost(ev registry.Event) bool {
 	n.claimMu.Lock()
 	defer n.claimMu.Unlock()
@@ -460,7 +492,7 @@ func (n *Node) lost(ev registry.Event) bool {
 		return false
 	}
 	mine, ok := n.claimed[ev.Client]
-	if ev.Prev.Node == n.self || (ok && ev.Owner.Revision > mine) {
+	if ev.Prev.Node == n.self || (ok && ev.Owner.Revision > mine) || (!ok && n.claiming[ev.Client] == 0) {
 		delete(n.claimed, ev.Client)
 		return true
 	}

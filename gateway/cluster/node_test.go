@@ -129,6 +129,7 @@ func (t *memTransport) SetPeer(node, addr string) {
 type gw struct {
 	*brokertest.Server
 	reg  *registry.Registry
+	node *cluster.Node
 	path string // the broker's bbolt file
 }
 
@@ -180,7 +181,7 @@ func startNodesWith(t *testing.T, n int, set func(i int, o *registry.Options)) [
 		case <-time.After(15 * time.Second):
 			t.Fatalf("%s: registry not ready", name)
 		}
-		gws = append(gws, &gw{Server: s, reg: reg, path: path})
+		gws = append(gws, &gw{Server: s, reg: reg, node: node, path: path})
 	}
 	return gws
 }
@@ -773,5 +774,72 @@ func TestMemberLeavesMidStream(t *testing.T) {
 	}
 	if refused > 0 {
 		t.Errorf("%d of 300 publishes refused while a member left, with two members always there", refused)
+	}
+}
+
+// TestUnclaimedSessionGivenUp is the state that lost acknowledged messages
+// in the fault suite (seed 1): a node holds a persistent member's session
+// that no claim of its current run covers (a restarted node that took its
+// previous run's record for its own, the record going with that run's
+// lease), and the client resumes on another node, which finds no record
+// and claims the client afresh. The node holding the old copy must give it
+// up when it sees that claim: left a member of the group, it would take
+// the client's turn of messages, acknowledged and never delivered.
+func TestUnclaimedSessionGivenUp(t *testing.T) {
+	gws := startNodes(t, 3)
+	stB, _ := brokertest.Connect(t, gws[2].Addr, persistent("stB", true, 100))
+	stB.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/g/t/#"), QoS: 1}}})
+	stA := subscribe(t, gws[0], "stA", "$share/g/t/#")
+	for _, g := range gws {
+		members(t, g, 2)
+	}
+	stB.Conn.Close() // offline; its session stays on node 3
+	brokertest.Eventually(t, 10*time.Second, "node 3 keeps stB offline", func() bool {
+		return gws[2].Stats().ClientsConnected == 0 && gws[2].Stats().Sessions == 1
+	})
+
+	// Node 3's record of stB goes (with a lease, here released) and node 3
+	// holds the session without a claim of its own.
+	if err := gws[2].reg.ReleaseSession(t.Context(), "stB"); err != nil {
+		t.Fatal(err)
+	}
+	gws[2].node.ForgetClaims()
+	brokertest.Eventually(t, 10*time.Second, "node 1 sees no owner of stB", func() bool {
+		_, ok := gws[0].reg.SessionOwner("stB")
+		return !ok
+	})
+
+	resumed, ack := brokertest.Connect(t, gws[0].Addr, persistent("stB", false, 100))
+	if ack.Reason != packet.Success {
+		t.Fatalf("resume on node 1: %v", ack.Reason)
+	}
+	if !ack.SessionPresent {
+		resumed.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("$share/g/t/#"), QoS: 1}}})
+	}
+	brokertest.Eventually(t, 10*time.Second, "node 3 gives stB's session up", func() bool {
+		return gws[2].Stats().Sessions == 0
+	})
+	for _, g := range gws {
+		members(t, g, 2)
+	}
+
+	pub, _ := brokertest.Connect(t, gws[1].Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("pub"), CleanStart: true})
+	for i := 1; i <= 20; i++ {
+		if rc := publish(t, pub, uint16(i), "t/x", fmt.Sprint(i)); rc != packet.Success {
+			t.Fatalf("publish %d: %v", i, rc)
+		}
+	}
+	got := map[string]bool{}
+	for _, c := range []*brokertest.Client{stA, resumed} {
+		for {
+			p := next(c, 500*time.Millisecond)
+			if p == "" {
+				break
+			}
+			got[p] = true
+		}
+	}
+	if len(got) != 20 {
+		t.Fatalf("%d of 20 acknowledged messages reached stA or stB", len(got))
 	}
 }
