@@ -299,6 +299,7 @@ func (srv *Server) Adopt(st *SessionState) error {
 		s.inQoS2[pid] = struct{}{}
 		s.setInboundLocked(pid, true)
 	}
+	s.adopted = s.seq
 	s.mu.Unlock()
 	srv.mu.Lock()
 	srv.sessions[s.id] = s
@@ -313,9 +314,12 @@ func (srv *Server) Adopt(st *SessionState) error {
 }
 
 // Drop forgets the session Adopt installed for clientID when the claim
-// that was to follow failed: its records go, and its messages are not
-// handed to other members, since the node it came from still has them
-// (and hands them over again at the client's next attempt).
+// that was to follow failed: its records go, and the messages it was
+// handed are not given to other members, since the node it came from
+// still has them (and hands them over again at the client's next
+// attempt). Share-group messages its subscriptions took here while the
+// claim was being written exist nowhere else: they go to the other
+// members (settle), as a departed member's do.
 func (srv *Server) Drop(clientID string) {
 	srv.mu.Lock()
 	sess := srv.sessions[clientID]
@@ -323,9 +327,25 @@ func (srv *Server) Drop(clientID string) {
 		delete(srv.sessions, clientID)
 	}
 	srv.mu.Unlock()
-	if sess != nil {
-		srv.discard(sess)
+	if sess == nil {
+		return
 	}
+	sess.mu.Lock()
+	if sess.ended {
+		sess.mu.Unlock()
+		return
+	}
+	sess.ended = true
+	sess.mu.Unlock()
+	srv.letGo(sess)
+	sess.mu.Lock()
+	since := sess.takeUndelivered(nil)
+	since = slices.DeleteFunc(since, func(d delivery) bool { return d.seq <= sess.adopted })
+	sess.queue.reset()
+	clear(sess.inflight)
+	sess.releaseWaitersLocked(true)
+	sess.mu.Unlock()
+	srv.settle(sess, since, func() { srv.deleteStored(sess) })
 }
 
 // discard drops a session superseded by one handed over: its connection is

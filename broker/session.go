@@ -32,6 +32,7 @@ type session struct {
 	subs map[string]*subscription // by filter as subscribed
 
 	seq      uint64              // last delivery sequence number
+	adopted  uint64              // seq of the last message of a state handed over (Adopt): later ones were delivered here
 	nextPID  uint16              // last packet id handed out
 	inflight map[uint16]delivery // outbound QoS 1/2 awaiting acknowledgement
 	queue    ring                // waiting for the send window or a connection
