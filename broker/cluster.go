@@ -229,8 +229,14 @@ func (r *router) forwardRemote(srv *Server, m *Message) {
 			continue
 		}
 		r.nodes = append(r.nodes, rr.node)
-		srv.opts.Cluster.Forward(rr.node, m)
 		srv.stats.clusterForwards.Add(1)
+		if m.QoS > 0 {
+			// Kept until the node has it: the acknowledgement waits for
+			// the record (outbox.go).
+			r.persisted = srv.forwardDurable(rr.node, m) || r.persisted
+			continue
+		}
+		srv.opts.Cluster.Forward(rr.node, m)
 	}
 	if m.Retain {
 		// The nodes it was forwarded to keep it from the forward.
@@ -249,6 +255,24 @@ func (srv *Server) ForwardFrom(node string, m *Message) {
 	var r router
 	r.route(srv, m, nil)
 	r.flush()
+}
+
+// forwardAcked routes a message another node's outbox handed over to this
+// node's ordinary subscribers and answers once it is durable. A subscriber
+// whose queue is full drops its copy here, as it would of a local publish:
+// the answer is still yes, or the message would be sent again forever.
+func (srv *Server) forwardAcked(m *Message, done func(accepted bool)) {
+	if m.Retain {
+		srv.retainFrom(m)
+	}
+	var r router
+	r.route(srv, m, nil)
+	r.flush()
+	if !r.persisted {
+		done(true)
+		return
+	}
+	go func() { done(srv.syncStore() == nil) }()
 }
 
 // RetainFrom keeps a retained message (or a clear) another node published
@@ -302,8 +326,16 @@ var errNotHere = errors.New("broker: the client is not a member of that group he
 // topic again. done reports whether the session took it (and, for a
 // persistent session, the Store made it durable); it is called exactly
 // once, possibly on another goroutine.
+//
+// A RemoteMember with no ClientID stands for this node's ordinary
+// subscribers: m is routed to them, as ForwardFrom does, and done reports
+// once it is stored for the persistent ones (another node's outbox sent it).
 func (srv *Server) DeliverFrom(to RemoteMember, m *Message, done func(accepted bool)) {
 	m.fromPeer = true
+	if to.ClientID == "" {
+		srv.forwardAcked(m, done)
+		return
+	}
 	srv.mu.Lock()
 	sess := srv.sessions[to.ClientID]
 	srv.mu.Unlock()

@@ -205,6 +205,10 @@ type Options struct {
 	// a single node.
 	Cluster Cluster
 
+	// Forwards bound the QoS 1 and 2 messages kept for other nodes'
+	// ordinary subscribers until those nodes have them (outbox.go).
+	Forwards ForwardOptions
+
 	// Events receives lifecycle events. Nil discards them.
 	Events Events
 

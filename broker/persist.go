@@ -148,6 +148,10 @@ func (srv *Server) restore(ctx context.Context) error {
 	}
 	var ended []*session
 	for _, rec := range snap.Sessions {
+		if _, ok := ForwardQueueOf(rec.ClientID); ok {
+			srv.restoreOutbox(rec, snap.Messages[rec.ClientID])
+			continue
+		}
 		s := newSession(srv, rec.ClientID, rec.Version)
 		s.expiry = rec.ExpiryInterval
 		s.stored = true

@@ -40,6 +40,7 @@ type Server struct {
 
 	retained retainedStore
 	clusterState
+	forwards outboxes // messages kept for other nodes' ordinary subscribers
 
 	// Decode and encode structs are borrowed per read and per send rather
 	// than kept in every connection: an idle connection then holds none.

@@ -57,12 +57,20 @@ type worker struct {
 
 func startWorker(t *testing.T, addr, id string, clean bool, got *crashTracker) *worker {
 	t.Helper()
+	return startSubscriber(t, addr, id, "$share/g/cl/#", clean, got)
+}
+
+// startSubscriber connects id to addr with a persistent session (a clean
+// one subscribing to filter at QoS 1) and counts the numbered payloads it
+// receives in got, acknowledging each.
+func startSubscriber(t *testing.T, addr, id, filter string, clean bool, got *crashTracker) *worker {
+	t.Helper()
 	c, present, err := dialMQTT(addr, id, clean)
 	if err != nil {
 		t.Fatalf("%s: %v", id, err)
 	}
 	if clean {
-		c.write((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("$share/g/cl/#"), QoS: 1}}}).Append(nil, packet.V5))
+		c.write((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte(filter), QoS: 1}}}).Append(nil, packet.V5))
 	}
 	w := &worker{got: got, conn: c, done: make(chan struct{}), present: present}
 	go func() {

@@ -23,6 +23,7 @@ type crashTracker struct {
 	mu    sync.Mutex
 	seen  map[uint64]int
 	plain map[uint64]int // copies received without DUP, when tracked (addCopy)
+	order []uint64       // the copies received without DUP, in arrival order (addCopy)
 }
 
 func (c *crashTracker) add(seq uint64) {
@@ -40,6 +41,7 @@ func (c *crashTracker) addCopy(seq uint64, dup bool) {
 			c.plain = map[uint64]int{}
 		}
 		c.plain[seq]++
+		c.order = append(c.order, seq)
 	}
 	c.mu.Unlock()
 }

@@ -72,6 +72,11 @@ type Node struct {
 	claimed  map[string]int64
 	claiming map[string]int
 
+	// parked are the routes of nodes gone with their lease, still routed
+	// to (HandleEvent), by node and filter.
+	parkMu sync.Mutex
+	parked map[string]map[string]struct{}
+
 	// ready is closed once the node knows the others and has settled its
 	// restored sessions: a CONNECT before then waits for it (Claim).
 	ready     chan struct{}
@@ -109,6 +114,7 @@ func NewNode(o NodeOptions) (*Node, error) {
 func (n *Node) init(ro registry.Options) error {
 	n.claimed = map[string]int64{}
 	n.claiming = map[string]int{}
+	n.parked = map[string]map[string]struct{}{}
 	n.ready = make(chan struct{})
 	ro.OnEvent = n.HandleEvent
 	reg, err := registry.New(ro)
@@ -430,12 +436,25 @@ func (n *Node) HandleEvent(ev registry.Event) {
 	case registry.NodeJoined, registry.NodeUpdated:
 		n.tr.SetPeer(ev.Node, ev.NodeInfo.Addr)
 		n.nodesChanged()
+		if ev.Kind == registry.NodeJoined {
+			n.unparkLater(ev.Node)
+		}
 	case registry.NodeLeft:
 		n.tr.SetPeer(ev.Node, "")
 		n.nodesChanged()
 	case registry.RouteAdded:
+		n.unpark(ev.Node, ev.Filter)
 		n.srv.SetRemoteRoute(ev.Node, ev.Filter, true)
 	case registry.RouteRemoved:
+		if !n.registered(ev.Node) {
+			// Gone with the node's lease (stopped, killed, cut off), not
+			// unsubscribed: its persistent subscribers are still its
+			// own, so QoS 1 and 2 messages for them keep going to its
+			// outbox here until it is back (broker/outbox.go).
+			n.park(ev.Node, ev.Filter)
+			return
+		}
+		n.unpark(ev.Node, ev.Filter)
 		n.srv.SetRemoteRoute(ev.Node, ev.Filter, false)
 	case registry.MemberJoined, registry.MemberUpdated:
 		n.srv.SetRemoteMember(remoteMember(ev), true)
@@ -497,6 +516,63 @@ func (n *Node) lost(ev registry.Event) bool {
 		return true
 	}
 	return false
+}
+
+// registered reports whether node is registered in the copy now.
+func (n *Node) registered(node string) bool {
+	return slices.ContainsFunc(n.reg.Nodes(), func(r registry.Node) bool { return r.Name == node })
+}
+
+// park keeps a departed node's route in the broker.
+func (n *Node) park(node, filter string) {
+	n.parkMu.Lock()
+	defer n.parkMu.Unlock()
+	if n.parked[node] == nil {
+		n.parked[node] = map[string]struct{}{}
+	}
+	n.parked[node][filter] = struct{}{}
+}
+
+// unpark forgets that a route was parked.
+func (n *Node) unpark(node, filter string) {
+	n.parkMu.Lock()
+	defer n.parkMu.Unlock()
+	delete(n.parked[node], filter)
+}
+
+// unparkWait is how long after a node's return its parked routes that it
+// has not registered again are removed: long enough for a registration in
+// several transactions to be complete.
+const unparkWait = 10 * time.Second
+
+// unparkLater removes, unparkWait after node's return, the routes parked
+// for it that it did not register again (its subscriber went while it was
+// away), unless it has left again meanwhile.
+func (n *Node) unparkLater(node string) {
+	n.parkMu.Lock()
+	has := len(n.parked[node]) > 0
+	n.parkMu.Unlock()
+	if !has {
+		return
+	}
+	time.AfterFunc(unparkWait, func() {
+		if !n.registered(node) {
+			return
+		}
+		now := n.reg.Routes(node)
+		n.parkMu.Lock()
+		var stale []string
+		for f := range n.parked[node] {
+			if !slices.Contains(now, f) {
+				stale = append(stale, f)
+			}
+		}
+		delete(n.parked, node)
+		n.parkMu.Unlock()
+		for _, f := range stale {
+			n.srv.SetRemoteRoute(node, f, false)
+		}
+	})
 }
 
 // nodesChanged tells onNodes the registered nodes.

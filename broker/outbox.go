@@ -1,0 +1,371 @@
+package broker
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/linemq/linemq/broker/packet"
+)
+
+// A QoS 1 or 2 message for the ordinary subscribers of another node is not
+// sent and forgotten: it goes into that node's outbox here, stored in the
+// same group commit as the publisher's other writes, and the publisher's
+// acknowledgement waits for that commit (as for a persistent subscriber
+// here). The outbox hands its messages to the other node in order, each
+// kept until that node answers that it has routed it (and stored it for
+// its persistent subscribers). A node that is frozen, restarting or cut
+// off gets them when it is back; one that answered nothing in time gets
+// them again with DUP, as a QoS 1 resend does. The outbox is bounded in
+// bytes and in age (ForwardOptions); what a bound drops is counted.
+//
+// The records live in the Store under a client id no MQTT client can have
+// (it holds U+0000 [MQTT-1.5.4-2]), so the Store needs nothing new.
+
+// outboxPrefix starts the Store client id of a node's outbox.
+const outboxPrefix = "\x00forward\x00"
+
+// ForwardQueueOf reports whether a client id of the Store's records is a
+// node's outbox rather than a client's session, and which node's.
+func ForwardQueueOf(clientID string) (node string, ok bool) {
+	return strings.CutPrefix(clientID, outboxPrefix)
+}
+
+// outboxWindow is how many messages of one outbox are sent and not yet
+// answered at most.
+const outboxWindow = 256
+
+// outboxRetryMin and outboxRetryMax bound the wait before sending again to
+// a node that failed or is unavailable.
+const (
+	outboxRetryMin = 50 * time.Millisecond
+	outboxRetryMax = time.Second
+)
+
+// ForwardOptions bound the messages kept for other nodes' ordinary
+// subscribers (the outboxes). The zero value means the defaults.
+type ForwardOptions struct {
+	// MaxBytes bounds the payload and topic bytes kept for one node;
+	// beyond it the oldest are dropped (counted). Default 64 MiB.
+	MaxBytes int64
+	// MaxAge drops messages kept longer than this for a node that does
+	// not come back (counted). Default 24 hours.
+	MaxAge time.Duration
+}
+
+func (o ForwardOptions) maxBytes() int64 {
+	if o.MaxBytes <= 0 {
+		return 64 << 20
+	}
+	return o.MaxBytes
+}
+
+func (o ForwardOptions) maxAge() time.Duration {
+	if o.MaxAge <= 0 {
+		return 24 * time.Hour
+	}
+	return o.MaxAge
+}
+
+// outboxes are the Server's outboxes, one per node with messages to hand.
+type outboxes struct {
+	mu sync.Mutex
+	m  map[string]*outbox
+}
+
+// outbox holds the messages kept for one node's ordinary subscribers.
+type outbox struct {
+	srv  *Server
+	node string
+	id   string // the Store client id of its records
+
+	mu       sync.Mutex
+	entries  []*outboxEntry // in the order they are to arrive
+	next     int            // the next entry to send
+	inflight int            // sent in this generation, not answered
+	gen      uint64         // a failure starts a new one: everything unanswered goes again
+	retry    time.Duration  // the wait before the next attempt after a failure
+	retryAt  time.Time
+	bytes    int64
+	seq      uint64
+	stored   bool // its session record is written
+	running  bool // the sender goroutine runs
+	wake     chan struct{}
+
+	sent, resent, handed, dropped, expired uint64
+}
+
+type outboxEntry struct {
+	seq    uint64
+	msg    *Message
+	size   int64
+	at     time.Time
+	sent   bool   // sent at least once: a resend carries DUP
+	gen    uint64 // the generation it was last sent in
+	acked  bool
+	stored bool
+}
+
+// outbox returns node's outbox, made on first use.
+func (srv *Server) outbox(node string) *outbox {
+	srv.forwards.mu.Lock()
+	defer srv.forwards.mu.Unlock()
+	o := srv.forwards.m[node]
+	if o == nil {
+		if srv.forwards.m == nil {
+			srv.forwards.m = make(map[string]*outbox)
+		}
+		o = &outbox{srv: srv, node: node, id: outboxPrefix + node, wake: make(chan struct{}, 1), retry: outboxRetryMin}
+		srv.forwards.m[node] = o
+	}
+	return o
+}
+
+// forwardDurable keeps m for node's ordinary subscribers and reports
+// whether it wrote to the Store (the publisher's acknowledgement then
+// waits for the commit).
+func (srv *Server) forwardDurable(node string, m *Message) bool {
+	o := srv.outbox(node)
+	now := srv.clock.Now()
+	store := srv.opts.Store
+	o.mu.Lock()
+	o.seq++
+	e := &outboxEntry{seq: o.seq, msg: m, size: int64(len(m.Topic) + len(m.Payload)), at: now}
+	o.entries = append(o.entries, e)
+	o.bytes += e.size
+	if store != nil {
+		if !o.stored {
+			o.stored = true
+			srv.storeErr("save forward queue", o.id, store.SaveSession(&SessionRecord{ClientID: o.id, Version: packet.V5, ExpiryInterval: neverExpires}))
+		}
+		e.stored = true
+		srv.storeErr("save forward", o.id, store.SaveMessage(o.id, &MessageRecord{Seq: e.seq, MessageID: m.storeID(&srv.msgIDs), Message: m, QoS: m.QoS}))
+	}
+	o.boundLocked(now)
+	start := !o.running
+	o.running = true
+	o.mu.Unlock()
+	if start {
+		go o.run()
+	} else {
+		o.signal()
+	}
+	return store != nil
+}
+
+func (o *outbox) signal() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// boundLocked drops the oldest messages past the byte bound or the age
+// bound. A message dropped while in flight may still arrive.
+func (o *outbox) boundLocked(now time.Time) {
+	maxBytes, maxAge := o.srv.opts.Forwards.maxBytes(), o.srv.opts.Forwards.maxAge()
+	n := 0
+	for ; n < len(o.entries); n++ {
+		e := o.entries[n]
+		if o.bytes > maxBytes {
+			o.dropped++
+		} else if now.Sub(e.at) > maxAge {
+			o.expired++
+		} else {
+			break
+		}
+		o.bytes -= e.size
+		o.forgetLocked(e)
+	}
+	if n > 0 {
+		o.srv.log.Warn("messages kept for another node's subscribers dropped: past cluster.forward_max_bytes or cluster.forward_max_age",
+			"node", o.node, "dropped", n, "kept", len(o.entries)-n)
+		o.trimLocked(n)
+	}
+}
+
+// trimLocked removes the first n entries.
+func (o *outbox) trimLocked(n int) {
+	clear(o.entries[:n])
+	o.entries = o.entries[n:]
+	o.next = max(o.next-n, 0)
+}
+
+// forgetLocked deletes e's record.
+func (o *outbox) forgetLocked(e *outboxEntry) {
+	if e.stored {
+		e.stored = false
+		o.srv.storeErr("delete forward", o.id, o.srv.opts.Store.DeleteMessage(o.id, e.seq))
+	}
+}
+
+// run sends the outbox's messages until it is empty or the broker stops.
+func (o *outbox) run() {
+	cl := o.srv.opts.Cluster
+	for {
+		o.mu.Lock()
+		now := o.srv.clock.Now()
+		o.boundLocked(now)
+		if len(o.entries) == 0 {
+			o.running = false
+			o.mu.Unlock()
+			return
+		}
+		for o.next < len(o.entries) && o.entries[o.next].acked {
+			o.next++
+		}
+		var e *outboxEntry
+		if o.next < len(o.entries) && o.inflight < outboxWindow && !now.Before(o.retryAt) && cl.Available(o.node) {
+			e = o.entries[o.next]
+			o.next++
+			o.inflight++
+			e.gen = o.gen
+		}
+		var wait time.Duration
+		if e == nil {
+			wait = max(o.retryAt.Sub(now), outboxRetryMin)
+		}
+		o.mu.Unlock()
+		if e != nil {
+			o.send(cl, e)
+			continue
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-o.srv.stopping:
+			t.Stop()
+			o.mu.Lock()
+			o.running = false
+			o.mu.Unlock()
+			return
+		case <-o.wake:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// send hands e to the node. A message sent before goes as a redelivery.
+func (o *outbox) send(cl Cluster, e *outboxEntry) {
+	o.mu.Lock()
+	m := e.msg
+	if e.sent {
+		o.resent++
+		if !m.redelivery {
+			c := m.Clone()
+			c.redelivery = true
+			e.msg, m = c, c
+		}
+	}
+	e.sent = true
+	o.sent++
+	gen := e.gen
+	o.mu.Unlock()
+	cl.Deliver(RemoteMember{Node: o.node}, m, func(err error) { o.answer(e, gen, err) })
+}
+
+// answer records the node's answer to e, sent in generation gen.
+func (o *outbox) answer(e *outboxEntry, gen uint64, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if gen == o.gen {
+		o.inflight--
+	}
+	if err == nil {
+		if !e.acked {
+			e.acked = true
+			o.handed++
+		}
+		n := 0
+		for n < len(o.entries) && o.entries[n].acked {
+			o.bytes -= o.entries[n].size
+			o.forgetLocked(o.entries[n])
+			n++
+		}
+		if n > 0 {
+			o.trimLocked(n)
+		}
+		o.retry = outboxRetryMin
+		o.signal()
+		return
+	}
+	if gen != o.gen {
+		return // this generation has already been sent again
+	}
+	// Everything unanswered goes again, in order, after a wait: the node
+	// may have some of it (a reply lost, a timeout), so each goes with DUP.
+	o.gen++
+	o.inflight = 0
+	o.next = 0
+	o.retryAt = o.srv.clock.Now().Add(o.retry)
+	o.retry = min(2*o.retry, outboxRetryMax)
+	o.signal()
+}
+
+// restoreOutbox rebuilds a node's outbox from its stored records at start;
+// every message in it goes again with DUP, since the node may have had it.
+func (srv *Server) restoreOutbox(rec *SessionRecord, msgs []*MessageRecord) {
+	node, _ := ForwardQueueOf(rec.ClientID)
+	o := srv.outbox(node)
+	now := srv.clock.Now()
+	slices.SortFunc(msgs, func(a, b *MessageRecord) int { return cmp.Compare(a.Seq, b.Seq) })
+	o.mu.Lock()
+	o.stored = true
+	for _, mr := range msgs {
+		if mr.MessageID != 0 {
+			srv.msgIDs.Store(max(srv.msgIDs.Load(), mr.MessageID))
+			mr.Message.id.Store(mr.MessageID)
+		}
+		e := &outboxEntry{seq: mr.Seq, msg: mr.Message, size: int64(len(mr.Message.Topic) + len(mr.Message.Payload)),
+			at: now, sent: true, stored: true}
+		o.entries = append(o.entries, e)
+		o.bytes += e.size
+		o.seq = max(o.seq, mr.Seq)
+	}
+	start := len(o.entries) > 0 && !o.running
+	o.running = o.running || start
+	o.mu.Unlock()
+	if start {
+		go o.run()
+	}
+}
+
+// ForwardQueueStats are the figures of the messages kept for one other
+// node's ordinary subscribers.
+type ForwardQueueStats struct {
+	Node     string `json:"node"`
+	Queued   int    `json:"queued"`    // kept, not yet answered
+	Bytes    int64  `json:"bytes"`     // their topic and payload bytes
+	Sent     uint64 `json:"sent"`      // sends, resends included
+	Resent   uint64 `json:"resent"`    // sent again (with DUP) after no answer
+	Handed   uint64 `json:"handed"`    // answered: the node has them
+	Dropped  uint64 `json:"dropped"`   // dropped past the byte bound
+	Expired  uint64 `json:"expired"`   // dropped past the age bound
+	OldestMs int64  `json:"oldest_ms"` // age of the oldest kept, in milliseconds
+}
+
+// ForwardQueues returns the figures of every node's outbox, by node name.
+func (srv *Server) ForwardQueues() []ForwardQueueStats {
+	srv.forwards.mu.Lock()
+	os := make([]*outbox, 0, len(srv.forwards.m))
+	for _, o := range srv.forwards.m {
+		os = append(os, o)
+	}
+	srv.forwards.mu.Unlock()
+	now := srv.clock.Now()
+	out := make([]ForwardQueueStats, 0, len(os))
+	for _, o := range os {
+		o.mu.Lock()
+		st := ForwardQueueStats{Node: o.node, Queued: len(o.entries), Bytes: o.bytes, Sent: o.sent, Resent: o.resent,
+			Handed: o.handed, Dropped: o.dropped, Expired: o.expired}
+		if len(o.entries) > 0 {
+			st.OldestMs = now.Sub(o.entries[0].at).Milliseconds()
+		}
+		o.mu.Unlock()
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b ForwardQueueStats) int { return cmp.Compare(a.Node, b.Node) })
+	return out
+}
