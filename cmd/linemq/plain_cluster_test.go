@@ -2,6 +2,7 @@ package main
 
 import (
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func plainSubscriberFault(t *testing.T, fault string) {
 	if testing.Short() {
 		t.Skip("processes and an etcd quorum")
 	}
-	c := startCluster3(t)
+	c := startCluster3(t, "-http-listen", "127.0.0.1:0")
 	got := &crashTracker{seen: map[uint64]int{}}
 	hist := startSubscriber(t, c.addrs[1], "historian", "plain/t", true, got)
 	pub, _, err := dialMQTT(c.addrs[0], "pub", true)
@@ -68,6 +69,21 @@ func plainSubscriberFault(t *testing.T, fault string) {
 			}
 		case 400:
 			backAt = time.Now()
+			// Node 1 shows what it keeps for node 2, on the page and in
+			// the metrics.
+			var panel struct {
+				Forwards []struct {
+					Node   string `json:"node"`
+					Queued int    `json:"queued"`
+				} `json:"forwards"`
+			}
+			getJSON(t, "http://"+c.https[0]+"/api/v1/cluster", &panel)
+			if len(panel.Forwards) != 1 || panel.Forwards[0].Node != "n2" || panel.Forwards[0].Queued == 0 {
+				t.Errorf("node 1's /api/v1/cluster forwards = %+v, want messages kept for n2", panel.Forwards)
+			}
+			if m := getText(t, "http://"+c.https[0]+"/metrics"); !strings.Contains(m, `linemq_cluster_forward_queued{peer="n2"}`) {
+				t.Errorf("node 1's /metrics has no linemq_cluster_forward_queued for n2")
+			}
 			if fault == "stop" {
 				c.ds[1].cmd.Process.Signal(syscall.SIGCONT)
 			} else {

@@ -281,7 +281,29 @@ type Cluster struct {
 	// restart of every other gateway with an external etcd, is reported
 	// too.
 	ExpectedNodes []string `yaml:"expected_nodes"`
+
+	// Forwards bounds the QoS 1 and 2 messages kept here for another
+	// gateway's ordinary subscribers until that gateway has them (while
+	// it is down, frozen or cut off). When a bound is reached the oldest
+	// are dropped, and counted.
+	Forwards ForwardQueue `yaml:"forwards"`
 }
+
+// ForwardQueue bounds what is kept for each other gateway
+// (cluster.forwards).
+type ForwardQueue struct {
+	// MaxBytes of kept messages (topic and payload) per gateway. Default
+	// 64MiB.
+	MaxBytes Size `yaml:"max_bytes"`
+	// MaxAge of a kept message. Default 24h.
+	MaxAge Duration `yaml:"max_age"`
+}
+
+// Forward queue defaults.
+const (
+	DefaultForwardMaxBytes = Size(64 << 20)
+	DefaultForwardMaxAge   = Duration(24 * time.Hour)
+)
 
 // Etcd is where a cluster's etcd is: external endpoints, or a member run
 // inside this gateway (a 3-gateway line can host its own 3-member etcd).
@@ -585,6 +607,10 @@ func (c *Config) BrokerOptions() broker.Options {
 		Shares: broker.ShareOptions{
 			Strategy: string(e.SharedSubscriptions.Strategy),
 			Overload: string(e.SharedSubscriptions.Overload),
+		},
+		Forwards: broker.ForwardOptions{
+			MaxBytes: int64(c.Cluster.Forwards.MaxBytes),
+			MaxAge:   time.Duration(c.Cluster.Forwards.MaxAge),
 		},
 	}
 	if o.TopicAliasMaximum == 0 {

@@ -982,6 +982,8 @@ func TestClusterKeys(t *testing.T) {
 		{"cluster:\n  listen: \"gw1:7946\"\n  etcd:\n    embed: true\n", "cluster.etcd.peer_listen: required"},
 		{"cluster:\n  listen: \"gw1:7946\"\n  etcd:\n    endpoints: [\"e:2379\"]\n", "cluster.etcd.endpoints[0]: \"e:2379\" is not a URL"},
 		{"cluster:\n  etcd:\n    embed: true\n", "cluster.listen: not set"},
+		{"cluster:\n  listen: \"gw1:7946\"\n  etcd:\n    endpoints: [\"http://e:2379\"]\n  forwards:\n    max_bytes: 10\n", "x.yaml:6: cluster.forwards.max_bytes: 10 out of range"},
+		{"cluster:\n  listen: \"gw1:7946\"\n  etcd:\n    endpoints: [\"http://e:2379\"]\n  forwards:\n    max_age: unlimited\n", "cluster.forwards.max_age: cannot be unlimited"},
 	} {
 		c, err := Parse([]byte(tc.yaml), "x.yaml")
 		if err == nil {
@@ -994,5 +996,12 @@ func TestClusterKeys(t *testing.T) {
 	c, err := Parse([]byte("cluster:\n  listen: \":7946\"\n  advertise: \"gw1:7946\"\n  etcd:\n    embed: true\n    peer_listen: http://gw1:2380\n    client_listen: http://gw1:2379\n"), "x.yaml")
 	if err != nil || c.Validate() != nil {
 		t.Fatalf("a valid embedded cluster refused: %v / %v", err, c.Validate())
+	}
+	c, err = Parse([]byte("cluster:\n  listen: \"gw1:7946\"\n  etcd:\n    endpoints: [\"http://e:2379\"]\n  forwards:\n    max_bytes: 8MiB\n    max_age: 2h\n"), "x.yaml")
+	if err != nil || c.Validate() != nil {
+		t.Fatalf("forward bounds refused: %v / %v", err, c.Validate())
+	}
+	if f := c.BrokerOptions().Forwards; f.MaxBytes != 8<<20 || f.MaxAge != 2*time.Hour {
+		t.Errorf("broker.Options.Forwards = %+v, want 8 MiB and 2h", f)
 	}
 }

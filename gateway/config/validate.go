@@ -328,6 +328,8 @@ func (v *validator) cluster(c *Cluster) {
 			}
 		}
 	}
+	limit(v, "cluster.forwards.max_bytes", c.Forwards.MaxBytes, DefaultForwardMaxBytes, bounds[Size]{1024, 0, false})
+	limit(v, "cluster.forwards.max_age", c.Forwards.MaxAge, DefaultForwardMaxAge, bounds[Duration]{Duration(time.Second), 0, false})
 	seen := map[string]bool{}
 	for i, n := range c.ExpectedNodes {
 		key := fmt.Sprintf("cluster.expected_nodes[%d]", i)

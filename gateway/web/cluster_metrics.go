@@ -65,11 +65,13 @@ type clusterCollector struct {
 	registry      []regScalar
 	peers         []peerScalar
 	deliveries    metric
+	forwards      []forwardScalar
 }
 
 type (
-	regScalar  = series[RegistryStats]
-	peerScalar = series[peer.PeerStats]
+	regScalar     = series[RegistryStats]
+	peerScalar    = series[peer.PeerStats]
+	forwardScalar = series[broker.ForwardQueueStats]
 )
 
 func newClusterCollector(s *Server) *clusterCollector {
@@ -135,6 +137,15 @@ func newClusterCollector(s *Server) *clusterCollector {
 	ps("late_answers_total", "Answers that came after their delivery had timed out.", counter, func(p *peer.PeerStats) float64 { return float64(p.Late) })
 	ps("late_accepted_total", "Late answers that accepted the delivery: duplicates, the message having been picked again.", counter, func(p *peer.PeerStats) float64 { return float64(p.LateAccepted) })
 	ps("deliveries_sent_total", "Directed deliveries to share-group members on the peer.", counter, func(p *peer.PeerStats) float64 { return float64(p.Deliveries) })
+	fs := func(name, help string, kind prometheus.ValueType, f func(*broker.ForwardQueueStats) float64) {
+		c.forwards = append(c.forwards, forwardScalar{newMetric("cluster_forward_"+name, help, kind, "peer"), f})
+	}
+	fs("queued", "QoS 1 and 2 messages kept for the peer's ordinary subscribers until it has them.", gauge, func(f *broker.ForwardQueueStats) float64 { return float64(f.Queued) })
+	fs("queued_bytes", "Topic and payload bytes of those messages.", gauge, func(f *broker.ForwardQueueStats) float64 { return float64(f.Bytes) })
+	fs("oldest_seconds", "Age of the oldest message kept for the peer.", gauge, func(f *broker.ForwardQueueStats) float64 { return float64(f.OldestMs) / 1000 })
+	fs("handed_total", "Kept messages the peer answered it has.", counter, func(f *broker.ForwardQueueStats) float64 { return float64(f.Handed) })
+	fs("resent_total", "Kept messages sent again, with DUP, after no answer.", counter, func(f *broker.ForwardQueueStats) float64 { return float64(f.Resent) })
+	fs("dropped_total", "Kept messages dropped past cluster.forwards.max_bytes or max_age.", counter, func(f *broker.ForwardQueueStats) float64 { return float64(f.Dropped + f.Expired) })
 	c.deliveries = newMetric("cluster_peer_deliveries_total", "Directed deliveries to the peer by outcome: accepted, not_here, timeout, broken, refused, error.", counter, "peer", "outcome")
 	return c
 }
@@ -153,6 +164,9 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- m.desc
 	}
 	ch <- c.deliveries.desc
+	for _, m := range c.forwards {
+		ch <- m.desc
+	}
 }
 
 // Collect reads the figures; a standalone gateway has none.
@@ -187,6 +201,11 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 			n       uint64
 		}{{"accepted", p.Accepted}, {"not_here", p.NotHere}, {"timeout", p.Timeouts}, {"broken", p.Broken}, {"refused", p.Refused}, {"error", p.RemoteErrors}} {
 			emit(c.deliveries, float64(o.n), p.Node, o.outcome)
+		}
+	}
+	for _, f := range c.s.b.ForwardQueues() {
+		for _, m := range c.forwards {
+			emit(m.metric, m.value(&f), f.Node)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package web
 import (
 	"time"
 
+	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/gateway/cluster"
 )
 
@@ -17,6 +18,9 @@ type ClusterPanel struct {
 	Nodes    []ClusterNode      `json:"nodes"`   // every registered node, this one included, by name
 	Registry ClusterRegistry    `json:"registry"`
 	Etcd     cluster.EtcdStatus `json:"etcd"`
+	// Forwards are the QoS 1 and 2 messages kept here for other nodes'
+	// ordinary subscribers until they have them, one entry per node.
+	Forwards []broker.ForwardQueueStats `json:"forwards"`
 }
 
 // ClusterNode is one node of the cluster: from the registry (name,

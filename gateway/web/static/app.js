@@ -298,7 +298,15 @@
           (r.state || "–") + " · rev " + fmtInt(r.revision) + " · lag " + ms(r.lag_seconds) + " (max " + ms(r.lag_max_seconds) + ")"),
         h("dt", null, "Registered"), h("dd", null, fmtInt(r.members) + " members · " + fmtInt(r.routes) + " routes · " + fmtInt(r.sessions) + " sessions"),
         h("dt", null, "etcd"), h("dd", { class: e.healthy ? null : "bad", title: e.error || "" },
-          (e.margin || (e.healthy ? "healthy" : "unhealthy")) + " · leader " + (e.leader || "none") + " · checked " + fmtAgo(e.checked))),
+          (e.margin || (e.healthy ? "healthy" : "unhealthy")) + " · leader " + (e.leader || "none") + " · checked " + fmtAgo(e.checked)),
+        // What this gateway keeps for another one's subscribers while it
+        // is away: nothing, normally.
+        ...(c.forwards || []).filter((f) => f.queued || f.dropped || f.expired).flatMap((f) => [
+          h("dt", null, "Kept for " + f.node),
+          h("dd", { class: f.dropped || f.expired ? "bad" : null, data: { forwards: f.node },
+            title: fmtInt(f.handed) + " handed over · " + fmtInt(f.resent) + " sent again with DUP" },
+            fmtInt(f.queued) + " messages · " + fmtBytes(f.bytes) + (f.queued ? " · oldest " + fmtDur(f.oldest_ms / 1000) : "") +
+            (f.dropped + f.expired ? " · " + fmtInt(f.dropped + f.expired) + " dropped past cluster.forwards bounds" : ""))])),
       h("ul", { class: "endpoints" }, eps),
     ]);
   }
