@@ -85,6 +85,10 @@ func (m *Message) clone() *Message {
 	}
 }
 
+// Redelivery reports whether m is a copy sent again, which subscribers
+// get with DUP: another node may have delivered it already.
+func (m *Message) Redelivery() bool { return m.redelivery }
+
 // Clone returns a copy of m for another broker (in tests, a node of a
 // cluster in the same process: what the network would carry).
 func (m *Message) Clone() *Message {

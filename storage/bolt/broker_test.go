@@ -1,11 +1,15 @@
 package bolt_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -418,5 +422,109 @@ func TestManySubscriptionsWriteWhatChanged(t *testing.T) {
 	n.Restart()
 	if s := n.srv().Stats().Subscriptions; s != subs {
 		t.Fatalf("%d subscriptions after restart, want %d", s, subs)
+	}
+}
+
+// farNode stands for another node of a cluster, as the cluster's glue and
+// transport present it to the broker: it records what the broker hands to
+// its ordinary subscribers, and can be down.
+type farNode struct {
+	mu  sync.Mutex
+	up  bool
+	got []string // payloads, with "+dup" for a redelivery
+}
+
+func (f *farNode) Forward(string, *broker.Message) {}
+func (f *farNode) Deliver(_ broker.RemoteMember, m *broker.Message, done func(error)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.up {
+		done(errors.New("node down"))
+		return
+	}
+	p := string(m.Payload)
+	if m.Redelivery() {
+		p += "+dup"
+	}
+	f.got = append(f.got, p)
+	done(nil)
+}
+func (f *farNode) Available(string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.up
+}
+func (f *farNode) Subscribed(string, string, byte) broker.Registration { return nil }
+func (f *farNode) Unsubscribed(string, string) broker.Registration     { return nil }
+func (f *farNode) Claim(context.Context, string, bool) error           { return nil }
+func (f *farNode) Release(string)                                      {}
+func (f *farNode) Retain(*broker.Message, []string)                    {}
+func (f *farNode) set(up bool)                                         { f.mu.Lock(); f.up = up; f.mu.Unlock() }
+func (f *farNode) received() []string                                  { f.mu.Lock(); defer f.mu.Unlock(); return slices.Clone(f.got) }
+
+// TestForwardsAcrossRestart: QoS 1 messages for another node's ordinary
+// subscribers, acknowledged while that node is down, are on disk when the
+// publisher's node restarts, and reach the other node once it is back, in
+// order and with DUP (it may have had them); once handed over they are
+// not kept, and a further restart sends nothing again.
+func TestForwardsAcrossRestart(t *testing.T) {
+	far := &farNode{}
+	n := newNode(t, broker.Options{Cluster: far}, bolt.Options{Sync: bolt.SyncBatch})
+	n.srv().SetRemoteRoute("n2", "plain/#", true)
+	pub, _ := brokertest.Connect(t, n.Addr, v5("pub", true, 0))
+	for i := range 5 {
+		pub.Publish(&packet.Publish{Topic: []byte("plain/t"), QoS: 1, PacketID: uint16(i + 1), Payload: fmt.Append(nil, i)})
+		var a packet.Ack
+		pub.Expect(packet.PUBACK, &a)
+		if a.Reason != packet.Success {
+			t.Fatalf("publish %d: %v", i, a.Reason)
+		}
+	}
+	if q := n.srv().ForwardQueues(); len(q) != 1 || q[0].Node != "n2" || q[0].Queued != 5 {
+		t.Fatalf("forward queues %+v, want 5 kept for n2", q)
+	}
+	n.Restart()
+	n.srv().SetRemoteRoute("n2", "plain/#", true)
+	far.set(true)
+	brokertest.Eventually(t, 5*time.Second, "n2 has the 5 messages", func() bool { return len(far.received()) == 5 })
+	if got, want := far.received(), []string{"0+dup", "1+dup", "2+dup", "3+dup", "4+dup"}; !slices.Equal(got, want) {
+		t.Fatalf("n2 received %v, want %v", got, want)
+	}
+	brokertest.Eventually(t, 5*time.Second, "nothing kept", func() bool {
+		q := n.srv().ForwardQueues()
+		return len(q) == 1 && q[0].Queued == 0 && q[0].Handed == 5
+	})
+	n.Restart()
+	for _, q := range n.srv().ForwardQueues() {
+		if q.Queued != 0 {
+			t.Fatalf("after a second restart %d messages are kept for %s: handed messages stayed on disk", q.Queued, q.Node)
+		}
+	}
+}
+
+// TestForwardsBounded: past cluster.forwards.max_bytes the oldest messages
+// kept for a node that is away are dropped and counted; the newest reach
+// it when it is back.
+func TestForwardsBounded(t *testing.T) {
+	far := &farNode{}
+	n := newNode(t, broker.Options{Cluster: far, Forwards: broker.ForwardOptions{MaxBytes: 1000}}, bolt.Options{Sync: bolt.SyncBatch})
+	n.srv().SetRemoteRoute("n2", "plain/#", true)
+	pub, _ := brokertest.Connect(t, n.Addr, v5("pub", true, 0))
+	payload := make([]byte, 193) // 200 bytes with the topic
+	for i := range 10 {
+		payload[0] = byte('0' + i)
+		pub.Publish(&packet.Publish{Topic: []byte("plain/t"), QoS: 1, PacketID: uint16(i + 1), Payload: payload})
+		pub.Expect(packet.PUBACK, nil)
+	}
+	q := n.srv().ForwardQueues()
+	if len(q) != 1 || q[0].Queued != 5 || q[0].Dropped != 5 || q[0].Bytes != 1000 {
+		t.Fatalf("forward queues %+v, want 5 kept (1000 bytes) and 5 dropped", q)
+	}
+	far.set(true)
+	brokertest.Eventually(t, 5*time.Second, "n2 has the 5 newest", func() bool { return len(far.received()) == 5 })
+	for i, p := range far.received() {
+		if p[0] != byte('5'+i) {
+			t.Fatalf("n2 received message %c as its %d-th, want %c", p[0], i, '5'+i)
+		}
 	}
 }
