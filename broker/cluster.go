@@ -258,7 +258,8 @@ func (srv *Server) ForwardFrom(node string, m *Message) {
 }
 
 // forwardAcked routes a message another node's outbox handed over to this
-// node's ordinary subscribers and answers once it is durable. A subscriber
+// node's ordinary subscribers and answers once it is durable, or no (not
+// here) when no subscription matches it here. A subscriber
 // whose queue is full drops its copy here, as it would of a local publish:
 // the answer is still yes, or the message would be sent again forever.
 func (srv *Server) forwardAcked(m *Message, done func(accepted bool)) {
@@ -268,11 +269,16 @@ func (srv *Server) forwardAcked(m *Message, done func(accepted bool)) {
 	var r router
 	r.route(srv, m, nil)
 	r.flush()
-	if !r.persisted {
+	switch {
+	case !r.matched:
+		// Its subscriber left, or moved to another node with its
+		// session: the sender routes it again.
+		done(false)
+	case !r.persisted:
 		done(true)
-		return
+	default:
+		go func() { done(srv.syncStore() == nil) }()
 	}
-	go func() { done(srv.syncStore() == nil) }()
 }
 
 // RetainFrom keeps a retained message (or a clear) another node published
@@ -318,8 +324,11 @@ func (srv *Server) MergeRetained(ms []*Message) int {
 	return n
 }
 
-// errNotHere is a directed delivery for a client this node does not have.
-var errNotHere = errors.New("broker: the client is not a member of that group here")
+// ErrNotHere wraps a directed delivery's error when the other node
+// answered that it has no taker: the member is not there, or (for a
+// message from an outbox) no ordinary subscription matches there any
+// more. A Cluster wraps its transport's answer with it.
+var ErrNotHere = errors.New("broker: not here")
 
 // DeliverFrom hands a message another node picked for one of this node's
 // share-group members to that member's session, without matching its

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"cmp"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -81,31 +82,33 @@ type outbox struct {
 	node string
 	id   string // the Store client id of its records
 
-	mu       sync.Mutex
-	entries  []*outboxEntry // in the order they are to arrive
-	next     int            // the next entry to send
-	inflight int            // sent in this generation, not answered
-	gen      uint64         // a failure starts a new one: everything unanswered goes again
-	retry    time.Duration  // the wait before the next attempt after a failure
-	retryAt  time.Time
-	bytes    int64
-	seq      uint64
-	stored   bool // its session record is written
-	running  bool // the sender goroutine runs
-	wake     chan struct{}
+	mu        sync.Mutex
+	rerouteMu sync.Mutex     // orders what is routed again (answer)
+	entries   []*outboxEntry // in the order they are to arrive
+	next      int            // the next entry to send
+	inflight  int            // sent in this generation, not answered
+	gen       uint64         // a failure starts a new one: everything unanswered goes again
+	retry     time.Duration  // the wait before the next attempt after a failure
+	retryAt   time.Time
+	bytes     int64
+	seq       uint64
+	stored    bool // its session record is written
+	running   bool // the sender goroutine runs
+	wake      chan struct{}
 
-	sent, resent, handed, dropped, expired uint64
+	sent, resent, handed, rerouted, dropped, expired uint64
 }
 
 type outboxEntry struct {
-	seq    uint64
-	msg    *Message
-	size   int64
-	at     time.Time
-	sent   bool   // sent at least once: a resend carries DUP
-	gen    uint64 // the generation it was last sent in
-	acked  bool
-	stored bool
+	seq     uint64
+	msg     *Message
+	size    int64
+	at      time.Time
+	sent    bool   // sent at least once: a resend carries DUP
+	gen     uint64 // the generation it was last sent in
+	acked   bool
+	notHere bool // answered: no subscription matches there (answer)
+	stored  bool
 }
 
 // outbox returns node's outbox, made on first use.
@@ -268,40 +271,77 @@ func (o *outbox) send(cl Cluster, e *outboxEntry) {
 
 // answer records the node's answer to e, sent in generation gen.
 func (o *outbox) answer(e *outboxEntry, gen uint64, err error) {
+	notHere := errors.Is(err, ErrNotHere)
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	if gen == o.gen {
 		o.inflight--
 	}
-	if err == nil {
+	var again []*Message // to route again, in the outbox's order
+	switch {
+	case err == nil || notHere:
 		if !e.acked {
-			e.acked = true
-			o.handed++
+			e.acked, e.notHere = true, notHere
+			if notHere {
+				o.rerouted++
+			} else {
+				o.handed++
+			}
 		}
 		n := 0
 		for n < len(o.entries) && o.entries[n].acked {
-			o.bytes -= o.entries[n].size
-			o.forgetLocked(o.entries[n])
+			d := o.entries[n]
+			if d.notHere {
+				again = append(again, d.msg)
+			}
+			o.bytes -= d.size
+			o.forgetLocked(d)
 			n++
 		}
 		if n > 0 {
 			o.trimLocked(n)
 		}
 		o.retry = outboxRetryMin
-		o.signal()
-		return
+	case gen == o.gen:
+		// Everything unanswered goes again, in order, after a wait: the
+		// node may have some of it (a reply lost, a timeout), so each
+		// goes with DUP.
+		o.gen++
+		o.inflight = 0
+		o.next = 0
+		o.retryAt = o.srv.clock.Now().Add(o.retry)
+		o.retry = min(2*o.retry, outboxRetryMax)
 	}
-	if gen != o.gen {
-		return // this generation has already been sent again
+	if len(again) > 0 {
+		// Taken before o.mu is let go, so that what two answers trim
+		// is routed again in the order it was kept; never held with
+		// another outbox's mu.
+		o.rerouteMu.Lock()
+		defer o.rerouteMu.Unlock()
 	}
-	// Everything unanswered goes again, in order, after a wait: the node
-	// may have some of it (a reply lost, a timeout), so each goes with DUP.
-	o.gen++
-	o.inflight = 0
-	o.next = 0
-	o.retryAt = o.srv.clock.Now().Add(o.retry)
-	o.retry = min(2*o.retry, outboxRetryMax)
+	o.mu.Unlock()
 	o.signal()
+	for _, m := range again {
+		o.srv.reroute(o.node, m)
+	}
+}
+
+// reroute gives a message that no subscription matched on the node it was
+// kept for (its subscriber moved to another node with its session, or
+// left) to the nodes whose routes match it now, with DUP: a node that had
+// it already gets it again for its subscribers, marked.
+func (srv *Server) reroute(from string, m *Message) {
+	c := m
+	if !m.redelivery {
+		c = m.Clone()
+		c.redelivery = true
+	}
+	var nodes []string
+	for _, rr := range srv.remote.Match(c.topicBytes) {
+		if rr.node != from && !slices.Contains(nodes, rr.node) {
+			nodes = append(nodes, rr.node)
+			srv.forwardDurable(rr.node, c)
+		}
+	}
 }
 
 // restoreOutbox rebuilds a node's outbox from its stored records at start;
@@ -341,6 +381,7 @@ type ForwardQueueStats struct {
 	Sent     uint64 `json:"sent"`      // sends, resends included
 	Resent   uint64 `json:"resent"`    // sent again (with DUP) after no answer
 	Handed   uint64 `json:"handed"`    // answered: the node has them
+	Rerouted uint64 `json:"rerouted"`  // answered "no subscriber here" (it moved or left): routed again
 	Dropped  uint64 `json:"dropped"`   // dropped past the byte bound
 	Expired  uint64 `json:"expired"`   // dropped past the age bound
 	OldestMs int64  `json:"oldest_ms"` // age of the oldest kept, in milliseconds
@@ -359,7 +400,7 @@ func (srv *Server) ForwardQueues() []ForwardQueueStats {
 	for _, o := range os {
 		o.mu.Lock()
 		st := ForwardQueueStats{Node: o.node, Queued: len(o.entries), Bytes: o.bytes, Sent: o.sent, Resent: o.resent,
-			Handed: o.handed, Dropped: o.dropped, Expired: o.expired}
+			Handed: o.handed, Rerouted: o.rerouted, Dropped: o.dropped, Expired: o.expired}
 		if len(o.entries) > 0 {
 			st.OldestMs = now.Sub(o.entries[0].at).Milliseconds()
 		}

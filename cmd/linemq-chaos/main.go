@@ -46,7 +46,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	runs := fs.Int("runs", 1, "number of runs (`N` seeds)")
 	duration := fs.Duration("duration", 40*time.Second, "length of each run's fault schedule (the load runs a few seconds longer)")
 	faults := fs.String("faults", "kill,stop,leader,move,partition,line", "comma-separated fault `KINDS`, or all")
-	plain := fs.Bool("plain", false, "also run an ordinary persistent QoS 1 subscriber (chaos/#) on every node")
+	plain := fs.Bool("plain", true, "also run an ordinary persistent QoS 1 subscriber (chaos/#) on every node (-plain=false: share-group members only)")
 	dir := fs.String("dir", "", "keep every run's data and logs under `DIR`/seed-N (default: a temporary directory, removed when the run held)")
 	verbose := fs.Bool("v", false, "log progress as runs go")
 	if err := fs.Parse(args); err != nil {

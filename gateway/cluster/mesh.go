@@ -29,9 +29,12 @@ func (t *Mesh) Forward(node string, m *broker.Message) { _ = t.m.Send(node, m) }
 // counts the outcome per peer (peer.PeerStats).
 func (t *Mesh) Deliver(to broker.RemoteMember, m *broker.Message, done func(error)) {
 	counted := func(err error) {
-		if errors.Is(err, peer.ErrTimeout) || errors.Is(err, peer.ErrBroken) {
+		switch {
+		case errors.Is(err, peer.ErrTimeout) || errors.Is(err, peer.ErrBroken):
 			// The other node may have it: the copy picked next says DUP.
 			err = fmt.Errorf("%w: %w", broker.ErrMaybeDelivered, err)
+		case errors.Is(err, peer.ErrNotHere):
+			err = fmt.Errorf("%w: %w", broker.ErrNotHere, err)
 		}
 		done(err)
 	}

@@ -75,7 +75,7 @@ func (t *memTransport) Deliver(to broker.RemoteMember, m *broker.Message, done f
 			if ok {
 				done(nil)
 			} else {
-				done(errors.New("not here"))
+				done(broker.ErrNotHere)
 			}
 		})
 	}()

@@ -35,8 +35,11 @@ type SubKind struct {
 // ShareGroup is the default kind: one member of $share/g/chaos/# per node.
 var ShareGroup = SubKind{Name: "share", Filter: "$share/g/" + topicRoot + "/#", Need: AnyMember}
 
-// Plain is an ordinary persistent subscriber on every node (not run by
-// default): every acknowledged message must reach each of them.
+// Plain is an ordinary persistent subscriber on every node: every
+// acknowledged message must reach each of them. It waits for its own node
+// when that node is away rather than resuming elsewhere: a session on a
+// node that is down cannot move (Session Present 0 there once its lease is
+// gone: what it held is lost with it until sessions are replicated).
 var Plain = SubKind{Name: "plain", Filter: topicRoot + "/#", Need: EverySubscriber}
 
 // Unit is a set of subscribers that together must receive every

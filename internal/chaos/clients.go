@@ -78,11 +78,15 @@ func (s *subscriber) run(ctx context.Context) {
 }
 
 // connect tries the nodes in turn, home first, skipping avoid, until one
-// accepts or ctx ends.
+// accepts or ctx ends; an ordinary subscriber tries its home node only.
 func (s *subscriber) connect(ctx context.Context, avoid int) (*mconn, bool) {
 	for ctx.Err() == nil {
 		home := s.homeNode()
-		for k := range 3 {
+		tries := 3
+		if s.kind.Need == EverySubscriber {
+			tries = 1 // an ordinary subscriber waits for its node (Plain)
+		}
+		for k := range tries {
 			n := (home + k) % 3
 			addr := s.book.mqttAddr(n)
 			if n == avoid || addr == "" {

@@ -22,7 +22,7 @@ type Config struct {
 	Faults   []FaultKind   // the kinds the plan draws from
 	Holds    Holds         // zero: DefaultHolds
 	// Kinds are the subscription kinds, one subscriber of each per node;
-	// nil: ShareGroup alone.
+	// nil: ShareGroup and Plain (a persistent ordinary subscriber).
 	Kinds []SubKind
 	// PublishEvery is the pause between a publisher's publishes (one in
 	// flight at a time); default 10 ms.
@@ -91,7 +91,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		cfg.Holds = DefaultHolds
 	}
 	if cfg.Kinds == nil {
-		cfg.Kinds = []SubKind{ShareGroup}
+		cfg.Kinds = []SubKind{ShareGroup, Plain}
 	}
 	if cfg.PublishEvery == 0 {
 		cfg.PublishEvery = 10 * time.Millisecond
@@ -385,12 +385,16 @@ func (f *faulter) run(ctx context.Context, ft *Fault, origin time.Time) error {
 		}
 		var moving []chan struct{}
 		if ft.Abrupt {
-			// The cut-off node's subscribers give up on it and go to the
-			// next node, leaving their connections open: once the line
-			// heals the node must close them.
+			// The cut-off node's share-group members give up on it and go
+			// to the next node, leaving their connections open: once the
+			// line heals the node must close them. Its ordinary
+			// subscribers wait for it: one resuming elsewhere would get a
+			// new session (Session Present 0 once the node's lease is
+			// gone), while the promise to it is that its own node, back,
+			// has everything.
 			to := (ft.Victim + 1) % 3
 			for _, s := range f.subs {
-				if s.homeNode() == ft.Victim {
+				if s.homeNode() == ft.Victim && s.kind.Need == AnyMember {
 					done := make(chan struct{})
 					s.moves <- moveCmd{to: to, abrupt: true, done: done}
 					moving = append(moving, done)
