@@ -420,11 +420,17 @@ func TestDropSettlesWhatArrivedMeanwhile(t *testing.T) {
 }
 
 // TestOutboxReroutesWhatFoundNoSubscriber: messages kept for node 2's
-// ordinary subscriber while node 2 is away reach that subscriber on node 3
-// when it moved there meanwhile: node 2, back, answers that nothing
-// matches there, and node 1 routes them again to the nodes whose routes
-// match now, with DUP.
+// ordinary subscriber while node 2 is away reach that subscriber on node 3,
+// or on node 1 itself, when it moved there meanwhile: node 2, back,
+// answers that nothing matches there, and node 1 routes them again to the
+// subscriptions that match now, with DUP.
 func TestOutboxReroutesWhatFoundNoSubscriber(t *testing.T) {
+	for _, to := range []int{2, 0} {
+		t.Run(fmt.Sprint("to node ", to+1), func(t *testing.T) { outboxReroutes(t, to) })
+	}
+}
+
+func outboxReroutes(t *testing.T, to int) {
 	net, s := startCluster(t, 3)
 	s[0].SetRemoteRoute("n2", "plain/#", true)
 	net.down["n2"].Store(true)
@@ -434,9 +440,11 @@ func TestOutboxReroutesWhatFoundNoSubscriber(t *testing.T) {
 			t.Fatalf("publish %d: %v", i, rc)
 		}
 	}
-	// The subscriber is on node 3 now; node 2 comes back without it.
-	h := windowSub(t, s[2].Addr, "historian", "plain/#", 100, 3600)
-	s[0].SetRemoteRoute("n3", "plain/#", true)
+	// The subscriber is elsewhere now; node 2 comes back without it.
+	h := windowSub(t, s[to].Addr, "historian", "plain/#", 100, 3600)
+	if to != 0 {
+		s[0].SetRemoteRoute(fmt.Sprint("n", to+1), "plain/#", true)
+	}
 	net.down["n2"].Store(false)
 	var got []string
 	brokertest.Eventually(t, 5*time.Second, "the historian has the 5 messages", func() bool {

@@ -327,14 +327,17 @@ func (o *outbox) answer(e *outboxEntry, gen uint64, err error) {
 
 // reroute gives a message that no subscription matched on the node it was
 // kept for (its subscriber moved to another node with its session, or
-// left) to the nodes whose routes match it now, with DUP: a node that had
-// it already gets it again for its subscribers, marked.
+// left) to the subscriptions that match it now, here and on the nodes
+// whose routes match, with DUP: a subscriber that had it already gets it
+// again, marked. (A session that moved here while the message was on its
+// way to its old node is one of them.)
 func (srv *Server) reroute(from string, m *Message) {
-	c := m
-	if !m.redelivery {
-		c = m.Clone()
-		c.redelivery = true
-	}
+	c := m.Clone()
+	c.redelivery = true
+	c.fromPeer = true // here: ordinary subscribers only, as a forward
+	var r router
+	r.route(srv, c, nil)
+	r.flush()
 	var nodes []string
 	for _, rr := range srv.remote.Match(c.topicBytes) {
 		if rr.node != from && !slices.Contains(nodes, rr.node) {

@@ -65,6 +65,12 @@ func (r *Registry) runRegistrar() {
 
 	for r.ctx.Err() == nil {
 		if g.sess == nil {
+			// What is queued (the subscriptions a restarted gateway
+			// restored) is held before registering: the registration
+			// writes it in the transaction that clears an earlier run's
+			// keys, so the other nodes never see those routes and
+			// members go and come back.
+			g.take()
 			if err := g.register(); err != nil {
 				if r.ctx.Err() != nil {
 					return

@@ -371,3 +371,46 @@ func TestCrashedNodeExpires(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartedNodeKeepsWhatItStillHolds: a node restarted at once after a
+// crash registers the routes and members its restored sessions hold (queued
+// before its registry starts) in the transaction that clears its previous
+// run's keys, so the other nodes never see them go: a route missing for a
+// moment is a moment in which nothing is forwarded to the node's
+// subscribers, and a member missing re-orders its group.
+func TestRestartedNodeKeepsWhatItStillHolds(t *testing.T) {
+	admin := shared.Client(t)
+	b := start(t, admin, "b", nil)
+	crashing, err := clientv3.New(clientv3.Config{Endpoints: []string{shared.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := start(t, crashing, "a", func(o *registry.Options) { o.RequestTimeout = 200 * time.Millisecond })
+	wait(t, old.AddRoute("kept/#"))
+	wait(t, old.AddMember("g", "f", "kept", 1))
+	eventually(t, "b to see a's route and member", func() bool {
+		return len(b.Routes("a")) == 1 && len(b.Members("g", "f")) == 1
+	})
+	crashing.Close() // a crash: the lease is neither revoked nor kept alive
+	old.Close()
+
+	mark := b.mark()
+	r, err := registry.New(registry.Options{Client: shared.Client(t), Node: "a", Prefix: etcdtest.Prefix(t), Addr: "a:7946", Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	route, member := r.AddRoute("kept/#"), r.AddMember("g", "f", "kept", 1) // restored before the start
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, route)
+	wait(t, member)
+	<-r.Ready()
+	caughtUp(t, r.Revision(), b)
+	for _, ev := range b.since(mark) {
+		if ev.Node == "a" && (ev.Kind == registry.RouteRemoved || ev.Kind == registry.MemberLeft) {
+			t.Errorf("b saw %v %s%s during a's restart", ev.Kind, ev.Filter, ev.Client)
+		}
+	}
+}
