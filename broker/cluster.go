@@ -230,7 +230,7 @@ func (r *router) forwardRemote(srv *Server, m *Message) {
 		}
 		r.nodes = append(r.nodes, rr.node)
 		srv.stats.clusterForwards.Add(1)
-		if m.QoS > 0 {
+		if m.QoS > 0 && !srv.opts.Forwards.BestEffort {
 			// Kept until the node has it: the acknowledgement waits for
 			// the record (outbox.go).
 			r.persisted = srv.forwardDurable(rr.node, m) || r.persisted

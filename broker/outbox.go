@@ -54,6 +54,10 @@ type ForwardOptions struct {
 	// MaxAge drops messages kept longer than this for a node that does
 	// not come back (counted). Default 24 hours.
 	MaxAge time.Duration
+	// BestEffort forwards QoS 1 and 2 messages as QoS 0 ones are: sent
+	// once, not kept, the publisher's acknowledgement not waiting. A node
+	// that is away loses them for its subscribers.
+	BestEffort bool
 }
 
 func (o ForwardOptions) maxBytes() int64 {

@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,7 +54,11 @@ type clusterResult struct {
 // startCluster starts three linemq processes forming one cluster, each with
 // an embedded etcd member, and waits until each accepts MQTT connections
 // (which it does only once its registry copy is loaded).
-func startCluster(linemqBin string) []*broker {
+func startCluster(linemqBin string) []*broker { return startClusterConfig(linemqBin, "") }
+
+// startClusterConfig is startCluster with a linemq configuration file for
+// every node ("" for none).
+func startClusterConfig(linemqBin, config string) []*broker {
 	var peers, clients, mqtt [clusterNodes]string
 	var ic []string
 	for i := range clusterNodes {
@@ -68,9 +73,17 @@ func startCluster(linemqBin string) []*broker {
 			fatal(err)
 		}
 		b := &broker{addr: mqtt[i], dir: dir}
-		b.cmd = exec.Command(linemqBin, "-node-id", name, "-data-dir", b.dir, "-log-level", "error",
+		args := []string{"-node-id", name, "-data-dir", b.dir, "-log-level", "error",
 			"-mqtt-listen", mqtt[i], "-http-listen", "", "-cluster-listen", "127.0.0.1:0",
-			"-etcd-embed", "-etcd-peer-listen", peers[i], "-etcd-client-listen", clients[i], "-etcd-initial-cluster", strings.Join(ic, ","))
+			"-etcd-embed", "-etcd-peer-listen", peers[i], "-etcd-client-listen", clients[i], "-etcd-initial-cluster", strings.Join(ic, ",")}
+		if config != "" {
+			conf := filepath.Join(dir, "linemq.yaml")
+			if err := os.WriteFile(conf, []byte(config), 0o644); err != nil {
+				fatal(err)
+			}
+			args = append(args, "-config", conf)
+		}
+		b.cmd = exec.Command(linemqBin, args...)
 		b.cmd.Stderr = os.Stderr
 		if err := b.cmd.Start(); err != nil {
 			fatal(err)
@@ -298,11 +311,21 @@ type loadConn struct {
 }
 
 func dialLoad(addr, id string, receiveMax uint16) (*loadConn, error) {
+	return dialLoadSession(addr, id, receiveMax, 0)
+}
+
+// dialLoadSession is dialLoad with a Session Expiry Interval (seconds; 0
+// for a clean session).
+func dialLoadSession(addr, id string, receiveMax uint16, expiry uint32) (*loadConn, error) {
 	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return nil, err
 	}
 	cp := &packet.Connect{ProtocolName: []byte("MQTT"), Version: packet.V5, CleanStart: true, ClientID: []byte(id)}
+	if expiry > 0 {
+		cp.Props.Set(packet.PropSessionExpiry)
+		cp.Props.SessionExpiry = expiry
+	}
 	if receiveMax > 0 {
 		cp.Props.Set(packet.PropReceiveMaximum)
 		cp.Props.ReceiveMaximum = receiveMax

@@ -41,17 +41,25 @@ func main() {
 	conns := flag.Int("conns", 10000, "idle connections for the memory scenario (0 skips it)")
 	conns2 := flag.Int("conns-large", 19000, "a second, larger idle-connection count (0 skips it)")
 	out := flag.String("out", "docs/benchmarks.md", "file whose generated sections are replaced")
-	only := flag.String("only", "", "run one part only: \"cluster\" (the three-node fan-in, no Mosquitto needed)")
+	only := flag.String("only", "", "run one part only: \"cluster\" (the three-node fan-in) or \"forwards\" (QoS 1 to an ordinary subscriber on another node, kept or best effort); no Mosquitto needed")
 	flag.Parse()
 
-	if *only == "cluster" {
+	switch *only {
+	case "":
+	case "cluster":
 		row := runCluster(*linemqBin, *reps, *duration)
 		if err := writeClusterDoc(*out, row, *reps, *duration); err != nil {
 			fatal(err)
 		}
 		return
-	} else if *only != "" {
-		fmt.Fprintf(os.Stderr, "linemq-compare: -only %q: the only part is \"cluster\"\n", *only)
+	case "forwards":
+		row := runForwards(*linemqBin, *reps, *duration)
+		if err := writeForwardsDoc(*out, row, *reps, *duration); err != nil {
+			fatal(err)
+		}
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "linemq-compare: -only %q: the parts are \"cluster\" and \"forwards\"\n", *only)
 		os.Exit(2)
 	}
 	if _, err := exec.LookPath(*mosquittoBin); err != nil {

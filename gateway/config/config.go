@@ -297,6 +297,10 @@ type ForwardQueue struct {
 	MaxBytes Size `yaml:"max_bytes"`
 	// MaxAge of a kept message. Default 24h.
 	MaxAge Duration `yaml:"max_age"`
+	// BestEffort sends QoS 1 and 2 messages to other gateways once, as
+	// QoS 0 ones, without keeping them: faster, and lost for the
+	// subscribers of a gateway that is away. Default false.
+	BestEffort bool `yaml:"best_effort"`
 }
 
 // Forward queue defaults.
@@ -609,8 +613,9 @@ func (c *Config) BrokerOptions() broker.Options {
 			Overload: string(e.SharedSubscriptions.Overload),
 		},
 		Forwards: broker.ForwardOptions{
-			MaxBytes: int64(c.Cluster.Forwards.MaxBytes),
-			MaxAge:   time.Duration(c.Cluster.Forwards.MaxAge),
+			MaxBytes:   int64(c.Cluster.Forwards.MaxBytes),
+			MaxAge:     time.Duration(c.Cluster.Forwards.MaxAge),
+			BestEffort: c.Cluster.Forwards.BestEffort,
 		},
 	}
 	if o.TopicAliasMaximum == 0 {

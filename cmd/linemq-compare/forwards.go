@@ -1,0 +1,223 @@
+package main
+
+// The cost of keeping forwards: QoS 1 publishes on node 1 of a three-node
+// cluster to an ordinary persistent subscriber on node 2, with the
+// messages kept in node 2's outbox on node 1 until node 2 has them (the
+// default) and with cluster.forwards.best_effort (sent once, not kept).
+// Throughput with publishers' windows full, the PUBACK latency of one
+// publisher sending one message at a time, and what node 1 wrote to disk
+// per delivered message.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/linemq/linemq/broker/packet"
+)
+
+// forwardLatencyCount is how many one-at-a-time publishes the latency
+// figure is taken over.
+const forwardLatencyCount = 2000
+
+// forwardResult is one run of the forwards load.
+type forwardResult struct {
+	rate       float64 // distinct deliveries per second of publishing
+	lost, dups int64
+	p50, p99   time.Duration // PUBACK latency, one publish at a time
+	diskPerMsg float64       // bytes node 1 wrote per delivered message
+}
+
+// forwardRow is the two modes' results over the repetitions.
+type forwardRow struct{ kept, bestEffort []*forwardResult }
+
+func runForwards(linemqBin string, reps int, duration time.Duration) forwardRow {
+	var row forwardRow
+	for i := range reps {
+		for _, best := range []bool{false, true} {
+			config, label := "", "kept"
+			if best {
+				config, label = "cluster:\n  forwards:\n    best_effort: true\n", "best effort"
+			}
+			bs := startClusterConfig(linemqBin, config)
+			res, err := runForwardLoad(bs, duration)
+			stopAll(bs)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "forwards %s rep %d: %v\n", label, i, err)
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "forwards QoS 1, %-11s rep %d: delivered %.0f msg/s, lost %d, dup %d, PUBACK p50 %v p99 %v, node 1 wrote %.0f B/msg\n",
+				label, i, res.rate, res.lost, res.dups, res.p50, res.p99, res.diskPerMsg)
+			if best {
+				row.bestEffort = append(row.bestEffort, res)
+			} else {
+				row.kept = append(row.kept, res)
+			}
+		}
+	}
+	return row
+}
+
+// runForwardLoad runs clusterPubs publishers on bs[0] against one
+// persistent ordinary subscriber on bs[1].
+func runForwardLoad(bs []*broker, duration time.Duration) (*forwardResult, error) {
+	seen := make([][]atomic.Uint64, clusterPubs+1)
+	for i := range seen {
+		seen[i] = make([]atomic.Uint64, clusterMaxSeq/64)
+	}
+	c, err := dialLoadSession(bs[1].addr, "lmqc-historian", 1000, 3600)
+	if err != nil {
+		return nil, err
+	}
+	defer c.nc.Close()
+	// Publisher k is tagged k; its node (for the probe) is 0.
+	w := &loadWorker{c: c, node: 1, nodes: clusterNodes, seen: seen, probes: make([]atomic.Bool, 1), subacked: make(chan struct{})}
+	go w.loop()
+	c.write((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("plant/+/+/telemetry"), QoS: 1}}}).Append(nil, packet.V5))
+	select {
+	case <-w.subacked:
+	case <-time.After(10 * time.Second):
+		return nil, errors.New("no SUBACK within 10 s")
+	}
+	var pubs []*loadPublisher
+	for i := range clusterPubs {
+		pc, err := dialLoad(bs[0].addr, fmt.Sprintf("lmqc-p%d", i), 0)
+		if err != nil {
+			return nil, err
+		}
+		p := &loadPublisher{c: pc, idx: i, node: 0, window: make(chan struct{}, min(clusterWindow, int(pc.receiveMax)))}
+		pubs = append(pubs, p)
+		go p.readLoop()
+	}
+	defer func() {
+		for _, p := range pubs {
+			p.c.nc.Close()
+		}
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for !w.probes[0].Load() {
+		if time.Now().After(deadline) {
+			return nil, errors.New("node 1 did not forward to node 2 within 60 s")
+		}
+		pubs[0].probe()
+		time.Sleep(5 * time.Millisecond)
+	}
+	for time.Now().Before(deadline) && outstanding(pubs) > 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	base := sumAcked(pubs)
+
+	wrote0 := writeBytes(bs[0].pid())
+	start := time.Now()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, p := range pubs {
+		wg.Go(func() { p.send(stop) })
+	}
+	time.Sleep(duration)
+	close(stop)
+	wg.Wait()
+	publishing := time.Since(start)
+	for drainEnd := time.Now().Add(10 * time.Second); time.Now().Before(drainEnd); {
+		if outstanding(pubs) == 0 && w.distinct.Load() >= sumAcked(pubs)-base {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	acked := sumAcked(pubs) - base
+	wrote := int64(writeBytes(bs[0].pid()) - wrote0)
+	r := &forwardResult{dups: w.dups.Load()}
+	distinct := w.distinct.Load()
+	r.lost = max(0, acked-distinct)
+	if d := time.Duration(w.lastAt.Load() - start.UnixNano()); d > 0 {
+		r.rate = float64(distinct) / max(d, publishing).Seconds()
+	}
+	if distinct > 0 {
+		r.diskPerMsg = float64(wrote) / float64(distinct)
+	}
+
+	// PUBACK latency, one publish at a time, on a publisher of its own.
+	lc, err := dialLoad(bs[0].addr, "lmqc-latency", 0)
+	if err != nil {
+		return nil, err
+	}
+	defer lc.nc.Close()
+	pk := packet.Publish{Topic: []byte("plant/line0/latency/telemetry"), QoS: 1, Payload: make([]byte, clusterPayload)}
+	lats := make([]time.Duration, 0, forwardLatencyCount)
+	for n := range forwardLatencyCount {
+		binary.BigEndian.PutUint64(pk.Payload, uint64(clusterPubs)<<40|uint64(n))
+		pk.PacketID = uint16(n%65535 + 1)
+		t0 := time.Now()
+		if err := lc.write(pk.Append(nil, packet.V5)); err != nil {
+			return nil, err
+		}
+		lc.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		h, _, err := lc.next()
+		if err != nil || h.Type != packet.PUBACK {
+			return nil, fmt.Errorf("latency: no PUBACK: %v", err)
+		}
+		lats = append(lats, time.Since(t0))
+	}
+	slices.Sort(lats)
+	r.p50, r.p99 = lats[len(lats)/2], lats[len(lats)*99/100]
+	return r, nil
+}
+
+const (
+	forwardsBegin = "<!-- bench-compare-forwards:begin -->"
+	forwardsEnd   = "<!-- bench-compare-forwards:end -->"
+)
+
+// writeForwardsDoc replaces the forwards section of the benchmarks
+// document.
+func writeForwardsDoc(path string, row forwardRow, reps int, duration time.Duration) error {
+	med := func(rs []*forwardResult, f func(*forwardResult) float64, format string) string {
+		if len(rs) == 0 {
+			return "-"
+		}
+		var v []float64
+		for _, r := range rs {
+			v = append(v, f(r))
+		}
+		return fmt.Sprintf(format, medianOf(v))
+	}
+	sum := func(rs []*forwardResult, f func(*forwardResult) int64) (n int64) {
+		for _, r := range rs {
+			n += f(r)
+		}
+		return n
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	var b bytes.Buffer
+	fmt.Fprintln(&b, forwardsBegin)
+	fmt.Fprintf(&b, "Generated by `linemq-compare -only forwards` on %s; machine: %s.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), strings.TrimSuffix(machine(), ", mosquitto"))
+	fmt.Fprintf(&b, "Three linemq processes on loopback, each hosting one of three etcd members; %d QoS 1 publishers on node 1 "+
+		"(a window of %d each, %d-byte payloads, MQTT 5) and one persistent ordinary subscriber on node 2. "+
+		"Kept: the default, each message in node 2's outbox on node 1 until node 2 has it; best effort: "+
+		"`cluster.forwards.best_effort: true`. Latency: one publisher sending one message at a time, %d messages. "+
+		"Disk: what node 1's process wrote (its etcd member included) per delivered message. Medians of %d runs each, alternating, publishing for %v; `storage.sync` at its default.\n\n",
+		clusterPubs, clusterWindow, clusterPayload, forwardLatencyCount, reps, duration)
+	fmt.Fprintln(&b, "| QoS 1 to a subscriber on another node | kept (default) | best effort |")
+	fmt.Fprintln(&b, "|---|---|---|")
+	rate := func(r *forwardResult) float64 { return r.rate }
+	fmt.Fprintf(&b, "| delivered msg/s | %s | %s |\n", med(row.kept, rate, "%.0f"), med(row.bestEffort, rate, "%.0f"))
+	p50 := func(r *forwardResult) float64 { return ms(r.p50) }
+	p99 := func(r *forwardResult) float64 { return ms(r.p99) }
+	fmt.Fprintf(&b, "| PUBACK p50 / p99, ms | %s / %s | %s / %s |\n", med(row.kept, p50, "%.2f"), med(row.kept, p99, "%.2f"),
+		med(row.bestEffort, p50, "%.2f"), med(row.bestEffort, p99, "%.2f"))
+	disk := func(r *forwardResult) float64 { return r.diskPerMsg }
+	fmt.Fprintf(&b, "| bytes written on node 1 per message | %s | %s |\n", med(row.kept, disk, "%.0f"), med(row.bestEffort, disk, "%.0f"))
+	lost := func(r *forwardResult) int64 { return r.lost }
+	dups := func(r *forwardResult) int64 { return r.dups }
+	fmt.Fprintf(&b, "| lost / duplicates (all runs) | %d / %d | %d / %d |\n", sum(row.kept, lost), sum(row.kept, dups), sum(row.bestEffort, lost), sum(row.bestEffort, dups))
+	fmt.Fprintln(&b, forwardsEnd)
+	return replaceSection(path, forwardsBegin, forwardsEnd, b.String())
+}
