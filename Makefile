@@ -42,7 +42,7 @@ build:
 ## every other package's tests)
 test: vet
 	$(GO) test -race -count=1 -timeout 12m ./...
-	LINEMQ_FAULT_SUITE=1 $(GO) test -race -count=1 -timeout 6m -run TestFaultSuite -v ./internal/chaos
+	LINEMQ_FAULT_SUITE=1 $(GO) test -race -count=1 -timeout 10m -run 'TestFaultSuite|TestOrdinarySubscribersCutOff' -v ./internal/chaos
 
 ## vet: go vet, and go.mod and go.sum as go mod tidy leaves them (a direct
 ## dependency marked indirect, or one nothing imports, fails here rather
@@ -68,7 +68,8 @@ fuzz:
 ## partition (root and ip netns only, skipped otherwise), line. Prints each
 ## seed's schedule, figures and invariants; fails if any run violated one.
 ## Reproduce a failing seed with make chaos SEED=N RUNS=1. make test runs a
-## fixed set of two seeds (internal/chaos TestFaultSuite).
+## fixed set of two seeds (internal/chaos TestFaultSuite) and a node cut off
+## for 20 s (TestOrdinarySubscribersCutOff).
 SEED           ?= 1
 RUNS           ?= 20
 CHAOS_DURATION ?= 40s

@@ -231,9 +231,9 @@ func (r *router) forwardRemote(srv *Server, m *Message) {
 		r.nodes = append(r.nodes, rr.node)
 		srv.stats.clusterForwards.Add(1)
 		if m.QoS > 0 && !srv.opts.Forwards.BestEffort {
-			// Kept until the node has it: the acknowledgement waits for
-			// the record (outbox.go).
-			r.persisted = srv.forwardDurable(rr.node, m) || r.persisted
+			// Kept until the node has it; the acknowledgement waits for
+			// its answer, or for the record when it is away (outbox.go).
+			r.persisted = srv.forwardDurable(rr.node, m, r) || r.persisted
 			continue
 		}
 		srv.opts.Cluster.Forward(rr.node, m)

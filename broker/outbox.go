@@ -12,15 +12,19 @@ import (
 )
 
 // A QoS 1 or 2 message for the ordinary subscribers of another node is not
-// sent and forgotten: it goes into that node's outbox here, stored in the
-// same group commit as the publisher's other writes, and the publisher's
-// acknowledgement waits for that commit (as for a persistent subscriber
-// here). The outbox hands its messages to the other node in order, each
-// kept until that node answers that it has routed it (and stored it for
-// its persistent subscribers). A node that is frozen, restarting or cut
-// off gets them when it is back; one that answered nothing in time gets
-// them again with DUP, as a QoS 1 resend does. The outbox is bounded in
-// bytes and in age (ForwardOptions); what a bound drops is counted.
+// sent and forgotten: it goes into that node's outbox here, which hands
+// its messages to the node in order, each kept until the node answers
+// that it has routed it (and stored it for its persistent subscribers).
+// While the node is available, the publisher's acknowledgement waits for
+// that answer, as for a share-group member on another node; the message
+// is only in memory meanwhile (were this node to die, the publisher, not
+// acknowledged, would send it again). A message for a node that is away
+// (frozen, restarting, cut off), or whose answer does not come, is written
+// to the Store, and the acknowledgement waits for that commit instead. A
+// node that is back gets what it missed in order; one that answered
+// nothing in time gets it again with DUP, as a QoS 1 resend does. The
+// outbox is bounded in bytes and in age (ForwardOptions); what a bound
+// drops is counted.
 //
 // The records live in the Store under a client id no MQTT client can have
 // (it holds U+0000 [MQTT-1.5.4-2]), so the Store needs nothing new.
@@ -113,6 +117,9 @@ type outboxEntry struct {
 	acked   bool
 	notHere bool // answered: no subscription matches there (answer)
 	stored  bool
+	// wait is the publisher's acknowledgement waiting for the node's
+	// answer, or for the record's commit if the answer does not come.
+	wait *remoteWait
 }
 
 // outbox returns node's outbox, made on first use.
@@ -130,36 +137,58 @@ func (srv *Server) outbox(node string) *outbox {
 	return o
 }
 
-// forwardDurable keeps m for node's ordinary subscribers and reports
-// whether it wrote to the Store (the publisher's acknowledgement then
-// waits for the commit).
-func (srv *Server) forwardDurable(node string, m *Message) bool {
+// forwardDurable keeps m for node's ordinary subscribers. With a router
+// (a publish being routed) and the node available, the publisher's
+// acknowledgement waits for the node's answer (r.remote); otherwise m is
+// written to the Store and forwardDurable reports true: the
+// acknowledgement waits for the commit.
+func (srv *Server) forwardDurable(node string, m *Message, r *router) bool {
 	o := srv.outbox(node)
 	now := srv.clock.Now()
-	store := srv.opts.Store
 	o.mu.Lock()
 	o.seq++
 	e := &outboxEntry{seq: o.seq, msg: m, size: int64(len(m.Topic) + len(m.Payload)), at: now}
 	o.entries = append(o.entries, e)
 	o.bytes += e.size
-	if store != nil {
-		if !o.stored {
-			o.stored = true
-			srv.storeErr("save forward queue", o.id, store.SaveSession(&SessionRecord{ClientID: o.id, Version: packet.V5, ExpiryInterval: neverExpires}))
+	stored := false
+	if r != nil && !now.Before(o.retryAt) && srv.opts.Cluster.Available(node) {
+		if r.remote == nil {
+			r.remote = &remoteWait{}
 		}
-		e.stored = true
-		srv.storeErr("save forward", o.id, store.SaveMessage(o.id, &MessageRecord{Seq: e.seq, MessageID: m.storeID(&srv.msgIDs), Message: m, QoS: m.QoS}))
+		r.remote.add()
+		e.wait = r.remote
+	} else {
+		stored = o.storeLocked(e)
 	}
-	o.boundLocked(now)
+	dropped := o.boundLocked(now)
 	start := !o.running
 	o.running = true
 	o.mu.Unlock()
+	for _, w := range dropped {
+		w.finish(true)
+	}
 	if start {
 		go o.run()
 	} else {
 		o.signal()
 	}
-	return store != nil
+	return stored
+}
+
+// storeLocked writes e's record, if there is a Store, and reports whether
+// it did.
+func (o *outbox) storeLocked(e *outboxEntry) bool {
+	store := o.srv.opts.Store
+	if store == nil || e.stored {
+		return false
+	}
+	if !o.stored {
+		o.stored = true
+		o.srv.storeErr("save forward queue", o.id, store.SaveSession(&SessionRecord{ClientID: o.id, Version: packet.V5, ExpiryInterval: neverExpires}))
+	}
+	e.stored = true
+	o.srv.storeErr("save forward", o.id, store.SaveMessage(o.id, &MessageRecord{Seq: e.seq, MessageID: e.msg.storeID(&o.srv.msgIDs), Message: e.msg, QoS: e.msg.QoS}))
+	return true
 }
 
 func (o *outbox) signal() {
@@ -170,9 +199,12 @@ func (o *outbox) signal() {
 }
 
 // boundLocked drops the oldest messages past the byte bound or the age
-// bound. A message dropped while in flight may still arrive.
-func (o *outbox) boundLocked(now time.Time) {
+// bound, and returns the acknowledgements that waited for them (refused:
+// a v5 publisher is told 0x97). A message dropped while in flight may
+// still arrive.
+func (o *outbox) boundLocked(now time.Time) []*remoteWait {
 	maxBytes, maxAge := o.srv.opts.Forwards.maxBytes(), o.srv.opts.Forwards.maxAge()
+	var waits []*remoteWait
 	n := 0
 	for ; n < len(o.entries); n++ {
 		e := o.entries[n]
@@ -185,12 +217,17 @@ func (o *outbox) boundLocked(now time.Time) {
 		}
 		o.bytes -= e.size
 		o.forgetLocked(e)
+		if e.wait != nil {
+			waits = append(waits, e.wait)
+			e.wait = nil
+		}
 	}
 	if n > 0 {
-		o.srv.log.Warn("messages kept for another node's subscribers dropped: past cluster.forward_max_bytes or cluster.forward_max_age",
+		o.srv.log.Warn("messages kept for another node's subscribers dropped: past cluster.forwards.max_bytes or max_age",
 			"node", o.node, "dropped", n, "kept", len(o.entries)-n)
 		o.trimLocked(n)
 	}
+	return waits
 }
 
 // trimLocked removes the first n entries.
@@ -214,7 +251,13 @@ func (o *outbox) run() {
 	for {
 		o.mu.Lock()
 		now := o.srv.clock.Now()
-		o.boundLocked(now)
+		if dropped := o.boundLocked(now); len(dropped) > 0 {
+			o.mu.Unlock()
+			for _, w := range dropped {
+				w.finish(true)
+			}
+			continue
+		}
 		if len(o.entries) == 0 {
 			o.running = false
 			o.mu.Unlock()
@@ -280,7 +323,11 @@ func (o *outbox) answer(e *outboxEntry, gen uint64, err error) {
 	if gen == o.gen {
 		o.inflight--
 	}
-	var again []*Message // to route again, in the outbox's order
+	var (
+		again   []*Message    // to route again, in the outbox's order
+		waits   []*remoteWait // acknowledgements that may go now
+		written bool          // ... once what was written is committed
+	)
 	switch {
 	case err == nil || notHere:
 		if !e.acked {
@@ -290,6 +337,11 @@ func (o *outbox) answer(e *outboxEntry, gen uint64, err error) {
 			} else {
 				o.handed++
 			}
+		}
+		if e.wait != nil {
+			waits = append(waits, e.wait)
+			e.wait = nil
+			written = notHere // its new copies are written (reroute)
 		}
 		n := 0
 		for n < len(o.entries) && o.entries[n].acked {
@@ -308,12 +360,20 @@ func (o *outbox) answer(e *outboxEntry, gen uint64, err error) {
 	case gen == o.gen:
 		// Everything unanswered goes again, in order, after a wait: the
 		// node may have some of it (a reply lost, a timeout), so each
-		// goes with DUP.
+		// goes with DUP. What was kept in memory for an answer is
+		// written now, and its publisher acknowledged once it is on disk.
 		o.gen++
 		o.inflight = 0
 		o.next = 0
 		o.retryAt = o.srv.clock.Now().Add(o.retry)
 		o.retry = min(2*o.retry, outboxRetryMax)
+		for _, d := range o.entries {
+			if d.wait != nil {
+				written = o.storeLocked(d) || written
+				waits = append(waits, d.wait)
+				d.wait = nil
+			}
+		}
 	}
 	if len(again) > 0 {
 		// Taken before o.mu is let go, so that what two answers trim
@@ -327,6 +387,20 @@ func (o *outbox) answer(e *outboxEntry, gen uint64, err error) {
 	for _, m := range again {
 		o.srv.reroute(o.node, m)
 	}
+	if len(waits) == 0 {
+		return
+	}
+	release := func(refused bool) {
+		for _, w := range waits {
+			w.finish(refused)
+		}
+	}
+	if !written || o.srv.opts.Store == nil {
+		release(false)
+		return
+	}
+	// Off the answering goroutine: a commit may take a while.
+	go func() { release(o.srv.syncStore() != nil) }()
 }
 
 // reroute gives a message that no subscription matched on the node it was
@@ -346,7 +420,7 @@ func (srv *Server) reroute(from string, m *Message) {
 	for _, rr := range srv.remote.Match(c.topicBytes) {
 		if rr.node != from && !slices.Contains(nodes, rr.node) {
 			nodes = append(nodes, rr.node)
-			srv.forwardDurable(rr.node, c)
+			srv.forwardDurable(rr.node, c, nil)
 		}
 	}
 }

@@ -429,16 +429,17 @@ func TestManySubscriptionsWriteWhatChanged(t *testing.T) {
 // transport present it to the broker: it records what the broker hands to
 // its ordinary subscribers, and can be down.
 type farNode struct {
-	mu  sync.Mutex
-	up  bool
-	got []string // payloads, with "+dup" for a redelivery
+	mu     sync.Mutex
+	up     bool
+	silent bool     // available, but its answers are errors (frozen: a timeout)
+	got    []string // payloads, with "+dup" for a redelivery
 }
 
 func (f *farNode) Forward(string, *broker.Message) {}
 func (f *farNode) Deliver(_ broker.RemoteMember, m *broker.Message, done func(error)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.up {
+	if !f.up || f.silent {
 		done(errors.New("node down"))
 		return
 	}
@@ -499,6 +500,35 @@ func TestForwardsAcrossRestart(t *testing.T) {
 		if q.Queued != 0 {
 			t.Fatalf("after a second restart %d messages are kept for %s: handed messages stayed on disk", q.Queued, q.Node)
 		}
+	}
+}
+
+// TestForwardsUnansweredAreWritten: while the other node is available
+// its messages wait in memory for its answer, the publisher's PUBACK with
+// them; when the answer is an error (it froze, a timeout), they are
+// written, and acknowledged once on disk, so that they survive a restart
+// of this node and reach the other one, with DUP, when it answers again.
+func TestForwardsUnansweredAreWritten(t *testing.T) {
+	far := &farNode{up: true, silent: true}
+	n := newNode(t, broker.Options{Cluster: far}, bolt.Options{Sync: bolt.SyncBatch})
+	n.srv().SetRemoteRoute("n2", "plain/#", true)
+	pub, _ := brokertest.Connect(t, n.Addr, v5("pub", true, 0))
+	for i := range 3 {
+		pub.Publish(&packet.Publish{Topic: []byte("plain/t"), QoS: 1, PacketID: uint16(i + 1), Payload: fmt.Append(nil, i)})
+		var a packet.Ack
+		pub.Expect(packet.PUBACK, &a)
+		if a.Reason != packet.Success {
+			t.Fatalf("publish %d: %v", i, a.Reason)
+		}
+	}
+	n.Restart()
+	n.srv().SetRemoteRoute("n2", "plain/#", true)
+	far.mu.Lock()
+	far.silent = false
+	far.mu.Unlock()
+	brokertest.Eventually(t, 5*time.Second, "n2 has the 3 messages", func() bool { return len(far.received()) == 3 })
+	if got, want := far.received(), []string{"0+dup", "1+dup", "2+dup"}; !slices.Equal(got, want) {
+		t.Fatalf("n2 received %v, want %v", got, want)
 	}
 }
 
