@@ -272,7 +272,7 @@ func (srv *Server) Adopt(st *SessionState) error {
 		// state handed over supersedes it, messages included, so nothing
 		// of it is redispatched. Its records go before the new ones are
 		// written.
-		srv.discard(old)
+		srv.discard(old, false)
 	}
 	s.mu.Lock()
 	s.saveLocked()
@@ -327,9 +327,18 @@ func (srv *Server) Drop(clientID string) {
 		delete(srv.sessions, clientID)
 	}
 	srv.mu.Unlock()
-	if sess == nil {
-		return
+	if sess != nil {
+		srv.discard(sess, true)
 	}
+}
+
+// discard drops a session superseded by one handed over, or adopted for a
+// claim that failed: its connection is closed (0x8E), its subscriptions
+// stop routing, and its records are deleted, without publishing its will
+// (the session lives on, elsewhere). Its messages are not handed to other
+// members, but for those it took after its adoption when settleAdopted
+// is set: they go to the other members first (settle).
+func (srv *Server) discard(sess *session, settleAdopted bool) {
 	sess.mu.Lock()
 	if sess.ended {
 		sess.mu.Unlock()
@@ -339,34 +348,15 @@ func (srv *Server) Drop(clientID string) {
 	sess.mu.Unlock()
 	srv.letGo(sess)
 	sess.mu.Lock()
-	since := sess.takeUndelivered(nil)
-	since = slices.DeleteFunc(since, func(d delivery) bool { return d.seq <= sess.adopted })
+	var since []delivery
+	if settleAdopted {
+		since = slices.DeleteFunc(sess.takeUndelivered(nil), func(d delivery) bool { return d.seq <= sess.adopted })
+	}
 	sess.queue.reset()
 	clear(sess.inflight)
 	sess.releaseWaitersLocked(true)
 	sess.mu.Unlock()
 	srv.settle(sess, since, func() { srv.deleteStored(sess) })
-}
-
-// discard drops a session superseded by one handed over: its connection is
-// closed (0x8E), its subscriptions stop routing, and its records are
-// deleted, without handing its messages to other members or publishing
-// its will (the session lives on, elsewhere).
-func (srv *Server) discard(sess *session) {
-	sess.mu.Lock()
-	if sess.ended {
-		sess.mu.Unlock()
-		return
-	}
-	sess.ended = true
-	sess.mu.Unlock()
-	srv.letGo(sess)
-	sess.mu.Lock()
-	sess.queue.reset()
-	clear(sess.inflight)
-	sess.releaseWaitersLocked(true)
-	sess.mu.Unlock()
-	srv.deleteStored(sess)
 }
 
 // letGo detaches a session that lives on elsewhere (handed over, or

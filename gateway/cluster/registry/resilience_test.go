@@ -303,10 +303,7 @@ func TestEtcdRestart(t *testing.T) {
 func TestRestartedNodeClearsItsLeftovers(t *testing.T) {
 	admin := shared.Client(t)
 	b := start(t, admin, "b", nil)
-	crashing, err := clientv3.New(clientv3.Config{Endpoints: []string{shared.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	crashing := crashableClient(t)
 	// Its Close, trying to revoke through a closed client, gives up after
 	// the request timeout.
 	old := start(t, crashing, "a", func(o *registry.Options) { o.RequestTimeout = 200 * time.Millisecond })
@@ -342,10 +339,7 @@ func TestRestartedNodeClearsItsLeftovers(t *testing.T) {
 // revision and the other nodes see it leave.
 func TestCrashedNodeExpires(t *testing.T) {
 	b := start(t, shared.Client(t), "b", nil)
-	crashing, err := clientv3.New(clientv3.Config{Endpoints: []string{shared.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	crashing := crashableClient(t)
 	a := start(t, crashing, "a", func(o *registry.Options) {
 		o.TTL = 2 * time.Second
 		o.RequestTimeout = 200 * time.Millisecond
@@ -381,10 +375,7 @@ func TestCrashedNodeExpires(t *testing.T) {
 func TestRestartedNodeKeepsWhatItStillHolds(t *testing.T) {
 	admin := shared.Client(t)
 	b := start(t, admin, "b", nil)
-	crashing, err := clientv3.New(clientv3.Config{Endpoints: []string{shared.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	crashing := crashableClient(t)
 	old := start(t, crashing, "a", func(o *registry.Options) { o.RequestTimeout = 200 * time.Millisecond })
 	wait(t, old.AddRoute("kept/#"))
 	wait(t, old.AddMember("g", "f", "kept", 1))
@@ -413,4 +404,16 @@ func TestRestartedNodeKeepsWhatItStillHolds(t *testing.T) {
 			t.Errorf("b saw %v %s%s during a's restart", ev.Kind, ev.Filter, ev.Client)
 		}
 	}
+}
+
+// crashableClient is an etcd client of its own for a node whose crash a
+// test plays by closing it: its lease can then be neither revoked nor kept
+// alive.
+func crashableClient(t *testing.T) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{shared.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cli
 }
