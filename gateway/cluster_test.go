@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -304,6 +305,34 @@ func TestClusterMetrics(t *testing.T) {
 		}
 		if txns := c.m["linemq_cluster_registry_txns_total"]; txns < 2 {
 			t.Errorf("%s: %v registry transactions", c.name, txns)
+		}
+	}
+}
+
+// TestStartGivenUpWhileJoining: a clustered gateway whose etcd never
+// answers serves its listeners while it waits to join (a CONNECT is then
+// refused with 0x88), and when its start is given up (the context ends:
+// systemd's stop, a timeout) it unwinds once and cleanly: the listeners
+// that were serving see their sockets closed and stop the gateway too,
+// which once closed the hardware's stop channel twice (a panic seen by
+// linemq-compare stopping a line that had not come up).
+func TestStartGivenUpWhileJoining(t *testing.T) {
+	for range 5 {
+		cfg := testConfig(t)
+		cfg.NodeID = "lonely"
+		cfg.DataDir = t.TempDir()
+		cfg.Cluster.Listen = "127.0.0.1:0"
+		cfg.HTTP.Listen = new("127.0.0.1:0")
+		cfg.Cluster.Etcd.Endpoints = []string{freeURL(t)} // nothing listens there
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		g, err := gateway.Start(ctx, gateway.Options{Config: cfg, Logger: testLogger(t)})
+		cancel()
+		if err == nil {
+			g.Close()
+			t.Fatal("started without etcd")
+		}
+		if !strings.Contains(err.Error(), "registry not ready") {
+			t.Fatalf("error %v, want the registry not ready", err)
 		}
 	}
 }

@@ -182,24 +182,10 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	}
 	defer func() {
 		if err != nil {
-			// Unwind: nothing has been served yet, so closing what was
-			// opened is all there is to undo.
-			g.closeBridges()
-			g.closeListeners()
-			if g.web != nil {
-				g.web.Shutdown(context.Background())
-			}
-			close(g.hwStop)
-			g.hwDone.Wait()
-			if g.hw != nil {
-				g.hw.Close()
-			}
-			g.health.Close()
-			srv.Close()
-			if g.cluster != nil {
-				g.cluster.Close()
-			}
-			store.Close()
+			// Unwind through stop, the one path that closes everything,
+			// once: a listener already serving (they serve before a
+			// cluster is ready) that sees its socket closed calls it too.
+			g.stop(err)
 		}
 	}()
 
@@ -587,8 +573,10 @@ func (g *Gateway) stop(cause error) {
 		// not end in a watchdog reset.
 		close(g.hwStop)
 		g.hwDone.Wait()
-		if err := g.hw.Close(); err != nil {
-			g.log.Warn("closing the hardware", "err", err)
+		if g.hw != nil { // nil when Start failed before opening it
+			if err := g.hw.Close(); err != nil {
+				g.log.Warn("closing the hardware", "err", err)
+			}
 		}
 		if g.web != nil {
 			g.web.Shutdown(ctx)
