@@ -52,8 +52,8 @@ type clusterResult struct {
 }
 
 // startCluster starts three linemq processes forming one cluster, each with
-// an embedded etcd member, and waits until each accepts MQTT connections
-// (which it does only once its registry copy is loaded).
+// an embedded etcd member, and waits until each serves MQTT clients (which
+// it does once its registry copy is loaded).
 func startCluster(linemqBin string) []*broker { return startClusterConfig(linemqBin, "") }
 
 // startClusterConfig is startCluster with a linemq configuration file for
@@ -92,6 +92,22 @@ func startClusterConfig(linemqBin, config string) []*broker {
 	}
 	for _, b := range bs {
 		waitListening(b.addr, 60*time.Second)
+	}
+	// A gateway accepts connections before it has joined its line, and
+	// refuses a CONNECT (0x88) until then.
+	for _, b := range bs {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			c, err := dialLoad(b.addr, "lmqc-ready", 0)
+			if err == nil {
+				c.nc.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				fatal(fmt.Errorf("%s not serving after 60 s: %v", b.addr, err))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	return bs
 }
