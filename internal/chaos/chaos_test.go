@@ -275,9 +275,9 @@ func TestFaultSuite(t *testing.T) {
 
 // TestOrdinarySubscribersCutOff is issue 27's third recipe: one node cut
 // off from the others for 20 s in a network namespace, under the suite's
-// load, with a persistent ordinary subscriber on every node (and the share
-// group): every acknowledged message reaches every ordinary subscriber, the
-// cut-off node's included, in order, any second copy with DUP.
+// load, with a persistent ordinary subscriber on every node: every
+// acknowledged message reaches every ordinary subscriber, the cut-off
+// node's included, in order, any second copy with DUP.
 func TestOrdinarySubscribersCutOff(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three linemq processes, one cut off for 20 s: skipped in -short mode")
@@ -295,8 +295,10 @@ func TestOrdinarySubscribersCutOff(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cut := Holds{PartitionMin: 20 * time.Second, PartitionMax: 20 * time.Second, GapMin: 2 * time.Second, GapMax: 2 * time.Second}
+	// Ordinary subscribers only: the share group's bounds after a cut
+	// this long are the fixed set's (seed 36) to check.
 	res, err := Run(ctx, Config{Linemq: bin, Seed: 27, Duration: 4 * time.Second, Faults: []FaultKind{Partition},
-		Holds: cut, Kinds: []SubKind{ShareGroup, Plain}, Dir: t.TempDir(), Log: testWriter{t}})
+		Holds: cut, Kinds: []SubKind{Plain}, Dir: t.TempDir(), Log: testWriter{t}})
 	if res != nil {
 		var sb strings.Builder
 		res.Write(&sb)
