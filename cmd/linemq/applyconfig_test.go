@@ -1,0 +1,67 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// applyConfig is the appliance's boot-time script that takes linemq.yaml
+// from the boot partition.
+const applyConfig = "../../buildroot/board/linemq/common/rootfs-overlay/usr/libexec/linemq/apply-config"
+
+// TestApplyConfigRejectsWhatCannotStart runs the appliance's apply-config
+// on a boot partition in a temporary directory: a linemq.yaml the daemon
+// cannot start with is renamed linemq.yaml.rejected with the reason beside
+// it, whatever its exit status. It used to reject only exit status 2 (a bad
+// key or value, a file it names missing): a listener on an address the
+// gateway does not have (a typo in an IP address; exit 1) was applied, and
+// the gateway then failed at every boot, which with StartLimitAction=reboot
+// is a reboot loop.
+func TestApplyConfigRejectsWhatCannotStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the daemon")
+	}
+	if _, err := exec.LookPath("timeout"); err != nil {
+		t.Skip("no timeout(1)")
+	}
+	for _, tc := range []struct {
+		name, yaml string
+		rejected   bool
+		reason     string
+	}{
+		{"a good file", "mqtt:\n  max_keepalive: 60s\n", false, ""},
+		{"a bad value", "mqtt:\n  max_keepalive: 0\n", true, "mqtt.max_keepalive"},
+		{"a missing password file", "auth:\n  password_file: /nonexistent/linemq.passwd\n", true, "/nonexistent/linemq.passwd"},
+		{"an address it does not have", "listeners:\n  - type: tcp\n    address: 192.0.2.77:1883\n", true, "192.0.2.77:1883"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			boot := filepath.Join(dir, "boot")
+			if err := os.MkdirAll(boot, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, filepath.Join(boot, "linemq.yaml"), tc.yaml)
+			cmd := exec.Command("sh", applyConfig)
+			cmd.Env = append(os.Environ(), "LINEMQ_BOOT="+boot, "LINEMQ_ETC="+filepath.Join(dir, "etc"),
+				"LINEMQ_CONF_DIR="+filepath.Join(dir, "config"), "LINEMQ_BIN="+binary)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("apply-config: %v\n%s", err, out)
+			}
+			_, statErr := os.Stat(filepath.Join(boot, "linemq.yaml.rejected"))
+			if rejected := statErr == nil; rejected != tc.rejected {
+				t.Fatalf("rejected %v, want %v\n%s", rejected, tc.rejected, out)
+			}
+			if !tc.rejected {
+				return
+			}
+			why, err := os.ReadFile(filepath.Join(boot, "linemq-error.txt"))
+			if err != nil || !strings.Contains(string(why), tc.reason) {
+				t.Errorf("linemq-error.txt does not name %q: %v\n%s", tc.reason, err, why)
+			}
+		})
+	}
+}
