@@ -192,8 +192,9 @@ func TestTwoGatewaysShareAGroup(t *testing.T) {
 // TestClusterMetrics: /metrics on both gateways of a two-node cluster shows
 // the registry, each peer stream and the broker's cluster counters, with
 // exact counts for known traffic: ten group publishes on gw1 (five remote
-// deliveries, all accepted) and seven publishes to an ordinary subscriber
-// on gw2 (seven forwards).
+// deliveries, all accepted) and seven QoS 1 publishes to an ordinary
+// subscriber on gw2 (seven forwards, each kept in gw2's outbox and sent as
+// a delivery gw2 answers: the stream carries twelve).
 func TestClusterMetrics(t *testing.T) {
 	gw1, gw2 := startPair(t)
 	w1, w2 := splitScenario(t, gw1, gw2, "m")
@@ -234,8 +235,10 @@ func TestClusterMetrics(t *testing.T) {
 		want      float64
 	}{
 		{m1, before1, "gw1", "linemq_cluster_delivers_total", 5},
-		{m1, before1, "gw1", `linemq_cluster_peer_deliveries_sent_total{peer="gw2"}`, 5},
-		{m1, before1, "gw1", `linemq_cluster_peer_deliveries_total{outcome="accepted",peer="gw2"}`, 5},
+		{m1, before1, "gw1", `linemq_cluster_peer_deliveries_sent_total{peer="gw2"}`, 12},
+		{m1, before1, "gw1", `linemq_cluster_peer_deliveries_total{outcome="accepted",peer="gw2"}`, 12},
+		{m1, before1, "gw1", `linemq_cluster_forward_handed_total{peer="gw2"}`, 7},
+		{m1, before1, "gw1", `linemq_cluster_forward_resent_total{peer="gw2"}`, 0},
 		{m1, before1, "gw1", `linemq_cluster_peer_deliveries_total{outcome="not_here",peer="gw2"}`, 0},
 		{m1, before1, "gw1", `linemq_cluster_peer_deliveries_total{outcome="timeout",peer="gw2"}`, 0},
 		{m1, before1, "gw1", "linemq_cluster_repicks_total", 0},
@@ -257,8 +260,11 @@ func TestClusterMetrics(t *testing.T) {
 	if got := delta(before2, m2, `linemq_cluster_peer_received_records_total{peer="gw1"}`); got < 12 {
 		t.Errorf("gw2 received %v records from gw1, want >= 12", got)
 	}
-	if got := delta(before2, m2, `linemq_cluster_peer_sent_records_total{peer="gw1"}`); got < 5 {
-		t.Errorf("gw2 sent gw1 %v records, want >= 5 answers", got)
+	if got := delta(before2, m2, `linemq_cluster_peer_sent_records_total{peer="gw1"}`); got < 12 {
+		t.Errorf("gw2 sent gw1 %v records, want >= 12 answers", got)
+	}
+	if q := m1[`linemq_cluster_forward_queued{peer="gw2"}`]; q != 0 {
+		t.Errorf("gw1 still keeps %v messages for gw2", q)
 	}
 
 	for _, c := range []struct {
