@@ -82,6 +82,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "cluster" {
 		return runCluster(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "reload" {
+		return runReload(args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "passwd" {
 		return runPasswd(args[1:], os.Stdin, stdout, stderr)
 	}
@@ -121,6 +124,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		stop()
 	}()
 
+	// Caught from before the start: a reload that comes while the gateway
+	// starts (systemctl reload as it boots) waits for it rather than
+	// killing the process, SIGHUP's default.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	g, err := gateway.Start(ctx, gateway.Options{Config: cfg, Logger: log, Version: version})
 	if err != nil {
 		log.Error("linemq failed", "err", err)
@@ -144,9 +154,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case <-ctx.Done():
 	case <-g.Done():
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 wait:
 	for {
 		select {
