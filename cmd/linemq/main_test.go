@@ -252,7 +252,7 @@ func TestConfigErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"unknown key", []string{"-config", unknown}, unknown + `:3: unknown key "mqtt.recieve_maximum"`},
+		{"unknown key", []string{"-config", unknown}, unknown + `:3: unknown key "mqtt.recieve_maximum"; did you mean "mqtt.receive_maximum"?`},
 		{"bad value", []string{"-config", badValue}, badValue + `:2: mqtt.receive_maximum: 0 is not allowed (1..65535); leave the key out for the default (1024)`},
 		{"bad flag value", []string{"-log-level", "loud"}, `flag -log-level: log_level: unknown level "loud" (valid: debug, info, warn, error)`},
 		{"missing file", []string{"-config", filepath.Join(dir, "none.yaml")}, "open " + filepath.Join(dir, "none.yaml") + ": no such file or directory"},

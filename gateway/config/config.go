@@ -32,7 +32,7 @@
 // errors that name the key path and its line, in the form editors and CI
 // logs understand:
 //
-//	linemq.yaml:7: unknown key "mqtt.recieve_maximum"
+//	linemq.yaml:7: unknown key "mqtt.recieve_maximum"; did you mean "mqtt.receive_maximum"?
 //
 // Reading a file does not check ranges and cross-field rules: call
 // [Config.Validate] after applying command-line overrides ([Config.Override]),

@@ -1005,3 +1005,24 @@ func TestClusterKeys(t *testing.T) {
 		t.Errorf("broker.Options.Forwards = %+v, want 8 MiB and 2h", f)
 	}
 }
+
+// TestUnknownKeyHints: an unknown key names the key it most likely means:
+// a misspelling of a key of the same section, or a key of another section
+// (wrong indentation); a tab in the indentation is named as such.
+func TestUnknownKeyHints(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"mqtt:\n  recieve_maximum: 10\n", `x.yaml:2: unknown key "mqtt.recieve_maximum"; did you mean "mqtt.receive_maximum"?`},
+		{"receive_maximum: 10\n", `x.yaml:1: unknown key "receive_maximum"; it is a key of "mqtt" (mqtt.receive_maximum): check its indentation`},
+		{"listeners:\n  - type: tcp\n    adress: \":1883\"\n", `x.yaml:3: unknown key "listeners[0].adress"; did you mean "listeners[0].address"?`},
+		{"mqtt:\n  frobnicate: 1\n", `x.yaml:2: unknown key "mqtt.frobnicate"`},
+		{"mqtt:\n\tlisten: \":1883\"\n", "a tab indents this line or the next; YAML indents with spaces only"},
+	} {
+		_, err := Parse([]byte(tc.yaml), "x.yaml")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.yaml, err, tc.want)
+		}
+		if strings.Contains(tc.want, "frobnicate") && strings.Contains(err.Error(), ";") {
+			t.Errorf("%q: a hint for a key like no other: %v", tc.yaml, err)
+		}
+	}
+}

@@ -33,6 +33,8 @@ type Error struct {
 	Key string
 	// Err is what is wrong.
 	Err error
+	// Hint, for an unknown key, is the key it most likely means.
+	Hint string
 }
 
 // Error formats e as "file:line: key: problem", leaving out what is not
@@ -50,6 +52,10 @@ func (e *Error) Error() string {
 	switch {
 	case e.Err == ErrUnknownKey:
 		fmt.Fprintf(&b, "unknown key %q", e.Key)
+		if e.Hint != "" {
+			b.WriteString("; ")
+			b.WriteString(e.Hint)
+		}
 	case e.Key != "":
 		b.WriteString(e.Key)
 		b.WriteString(": ")
@@ -162,14 +168,14 @@ func document(data []byte, name string) (*yaml.Node, error) {
 	if err := dec.Decode(&doc); err == io.EOF {
 		return nil, nil
 	} else if err != nil {
-		return nil, syntaxError(name, err)
+		return nil, syntaxError(name, data, err)
 	}
 	// A second document would be ignored by the decoder: most likely two
 	// files pasted together, of which only the first would count.
 	var next yaml.Node
 	if err := dec.Decode(&next); err != io.EOF {
 		if err != nil {
-			return nil, syntaxError(name, err)
+			return nil, syntaxError(name, data, err)
 		}
 		if len(next.Content) > 0 && !isNull(next.Content[0]) {
 			return nil, &Error{File: name, Line: next.Content[0].Line, Err: errors.New(`a second document (after "---"): the configuration must be one document`)}
@@ -184,13 +190,18 @@ func document(data []byte, name string) (*yaml.Node, error) {
 // yamlLine matches the line number in yaml.v3's syntax errors.
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// syntaxError turns "yaml: line 3: problem" into "name:3: problem". The
-// line is yaml.v3's, which leaves it out for problems on the first line and
-// may place a problem at the line before the one that shows it.
-func syntaxError(name string, err error) error {
+// syntaxError turns "yaml: line 3: problem" into "name:3: problem", saying
+// so when a tab indents the line (data is the file). The line is yaml.v3's,
+// which leaves it out for problems on the first line and may place a
+// problem at the line before the one that shows it.
+func syntaxError(name string, data []byte, err error) error {
 	msg := err.Error()
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
+		if tabIndented(data, line) {
+			// yaml.v3 says "found character that cannot start any token".
+			return &Error{File: name, Line: line, Err: fmt.Errorf("%s: a tab indents this line or the next; YAML indents with spaces only", m[2])}
+		}
 		return &Error{File: name, Line: line, Err: errors.New(m[2])}
 	}
 	return &Error{File: name, Err: errors.New(strings.TrimPrefix(msg, "yaml: "))}
@@ -266,7 +277,7 @@ func overrideError(origin, key, value string, err error) error {
 		_, _, msg := splitPosition(s)
 		switch m := yamlMessage(msg); {
 		case m.unknown != "":
-			errs = append(errs, &Error{File: origin, Key: key, Err: ErrUnknownKey})
+			errs = append(errs, &Error{File: origin, Key: key, Err: ErrUnknownKey, Hint: suggest(key)})
 		case m.into == "a mapping of keys" || m.into == "a list":
 			errs = append(errs, &Error{File: origin, Key: key, Err: errors.New("not a single value")})
 		case m.into != "":
@@ -352,7 +363,7 @@ func (ix *index) locate(s string) *Error {
 	switch {
 	case m.unknown != "":
 		if en := find(ix.keys[line], func(en *entry) bool { return en.key.Value == m.unknown }); en != nil {
-			e.Key, e.Err = en.path, ErrUnknownKey
+			e.Key, e.Err, e.Hint = en.path, ErrUnknownKey, suggest(en.path)
 		}
 	case m.repeated != "":
 		if en := find(ix.keys[line], func(en *entry) bool { return en.key.Value == m.repeated }); en != nil {
