@@ -332,15 +332,25 @@ func (g *Gateway) startHealth() error {
 			// A disk that hangs (a dying SD card) shows here as no answer.
 			return g.store.Sync(ctx)
 		}),
+		// A group the page shows degraded (a member offline, its window
+		// full for long, shares far from even, a queue not draining, fewer
+		// members than min_members) makes the check degraded: the gateway
+		// still serves (ready, its watchdog fed), and the badge, /readyz's
+		// checks and the group table say the same. Without the page, the
+		// broker's own rule (min_members) is all there is.
 		g.health.Poll("share_groups", every, within, func(context.Context) error {
-			var below []string
-			for _, gs := range g.srv.ShareGroups() {
-				if gs.Degraded {
-					below = append(below, fmt.Sprintf("%s (%d of %d members)", gs.Name, gs.Members, gs.MinMembers))
+			var degraded []string
+			if g.web != nil {
+				degraded = g.web.DegradedGroups()
+			} else {
+				for _, gs := range g.srv.ShareGroups() {
+					if gs.Degraded {
+						degraded = append(degraded, fmt.Sprintf("%s: %d members, below min_members %d", gs.Name, gs.Members, gs.MinMembers))
+					}
 				}
 			}
-			if len(below) > 0 {
-				return health.Degrade(fmt.Errorf("below min_members: %s", strings.Join(below, ", ")))
+			if len(degraded) > 0 {
+				return health.Degrade(fmt.Errorf("degraded: %s", strings.Join(degraded, " | ")))
 			}
 			return nil
 		}),

@@ -309,3 +309,48 @@ func TestPersistenceAndWearMetric(t *testing.T) {
 		t.Fatalf("%d retained messages after restart, want 10", n)
 	}
 }
+
+// TestDegradedGroupIsDegradedHealth: a share group the page shows degraded
+// (here a persistent member offline) makes the share_groups check
+// degraded, with the page's reason: the gateway stays ready (/readyz 200)
+// and its overall health says DEGRADED, as the group table does; once the
+// member is back, all is OK again.
+func TestDegradedGroupIsDegradedHealth(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.HTTP.Listen = new("127.0.0.1:0")
+	cfg.Health.ProbeInterval = config.Duration(100 * time.Millisecond)
+	cfg.Health.ProbeTimeout = config.Duration(100 * time.Millisecond)
+	g, err := gateway.Start(t.Context(), gateway.Options{Config: cfg, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	dial := func() *mqtttest.V5 {
+		c, _ := mqtttest.DialV5(t, g.MQTTAddr().String(), &paho.Connect{ClientID: "worker", KeepAlive: 30, CleanStart: false,
+			Properties: &paho.ConnectProperties{SessionExpiryInterval: new(uint32(3600))}}, nil)
+		return c
+	}
+	w := dial()
+	w.Sub("$share/line/t/#", 1)
+	other := connect(t, g.MQTTAddr(), "other")
+	other.Sub("$share/line/t/#", 1)
+	state := func() (string, string) {
+		c, ok := g.Health().Get("share_groups")
+		if !ok {
+			return "", ""
+		}
+		return c.State.String(), c.Reason
+	}
+	brokertest.Eventually(t, 5*time.Second, "share_groups ok", func() bool { s, _ := state(); return s == "ok" })
+
+	w.NC.Close() // gone without DISCONNECT: its session stays
+	brokertest.Eventually(t, 5*time.Second, "share_groups degraded", func() bool { s, _ := state(); return s == "degraded" })
+	if _, reason := state(); !strings.Contains(reason, "line: member worker: offline") {
+		t.Errorf("share_groups reason %q does not name the offline member", reason)
+	}
+	if code, body := getBody(t, "http://"+g.HTTPAddr().String()+"/readyz"); code != 200 {
+		t.Errorf("/readyz %d with a degraded group: %s", code, body)
+	}
+	dial()
+	brokertest.Eventually(t, 5*time.Second, "share_groups ok again", func() bool { s, _ := state(); return s == "ok" })
+}

@@ -2,6 +2,7 @@ package web
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/linemq/linemq/broker"
@@ -55,6 +56,19 @@ func (s *Server) groupViews(now time.Time) []groupView {
 	out := make([]groupView, len(groups))
 	for i := range groups {
 		out[i] = s.judge(&groups[i], s.sampled.groups[groupKey{groups[i].Name, groups[i].Filter}], clients, now)
+	}
+	return out
+}
+
+// DegradedGroups returns, for each share group the page shows degraded, its
+// name and why ("name: reason; reason"), for the gateway's share_groups
+// health check: the page, the health badge and /readyz then agree.
+func (s *Server) DegradedGroups() []string {
+	var out []string
+	for _, v := range s.groupViews(s.clock.Now()) {
+		if v.degraded() {
+			out = append(out, v.Name+": "+strings.Join(v.Reasons, "; "))
+		}
 	}
 	return out
 }
