@@ -85,7 +85,7 @@ type ClusterInbound interface {
 	// sent: a message for the ordinary subscribers here, one for a member
 	// here, a retained message to keep.
 	ForwardFrom(node string, m *Message)
-	DeliverFrom(to RemoteMember, m *Message, done func(accepted bool))
+	DeliverFrom(to RemoteMember, m *Message, done func(accepted bool, err error))
 	RetainFrom(node string, m *Message)
 	// RetainedSnapshot and MergeRetained exchange retained messages with
 	// a node that joins or comes back.
@@ -258,11 +258,13 @@ func (srv *Server) ForwardFrom(node string, m *Message) {
 }
 
 // forwardAcked routes a message another node's outbox handed over to this
-// node's ordinary subscribers and answers once it is durable, or no (not
-// here) when no subscription matches it here. A subscriber
-// whose queue is full drops its copy here, as it would of a local publish:
-// the answer is still yes, or the message would be sent again forever.
-func (srv *Server) forwardAcked(m *Message, done func(accepted bool)) {
+// node's ordinary subscribers and answers once it is durable; no (not
+// here) when no subscription matches it here; and an error when a
+// subscriber's queue refused it (Options.Overload backpressure, a queue
+// full while its client is away): the outbox sends it again later, so
+// that nothing acknowledged is dropped, the subscribers that took it
+// getting the new copy with DUP.
+func (srv *Server) forwardAcked(m *Message, done func(accepted bool, err error)) {
 	if m.Retain {
 		srv.retainFrom(m)
 	}
@@ -273,13 +275,22 @@ func (srv *Server) forwardAcked(m *Message, done func(accepted bool)) {
 	case !r.matched:
 		// Its subscriber left, or moved to another node with its
 		// session: the sender routes it again.
-		done(false)
+		done(false, nil)
+	case r.refused:
+		done(false, errForwardRefused)
 	case !r.persisted:
-		done(true)
+		done(true, nil)
 	default:
-		go func() { done(srv.syncStore() == nil) }()
+		go func() {
+			err := srv.syncStore()
+			done(err == nil, err)
+		}()
 	}
 }
+
+// errForwardRefused answers a forward that a subscriber's full queue
+// refused here.
+var errForwardRefused = errors.New("broker: a subscriber's queue is full; send it again later")
 
 // RetainFrom keeps a retained message (or a clear) another node published
 // and sent with Cluster.Retain, if it is a later write of its topic than
@@ -333,13 +344,14 @@ var ErrNotHere = errors.New("broker: not here")
 // DeliverFrom hands a message another node picked for one of this node's
 // share-group members to that member's session, without matching its
 // topic again. done reports whether the session took it (and, for a
-// persistent session, the Store made it durable); it is called exactly
-// once, possibly on another goroutine.
+// persistent session, the Store made it durable), or an error when the
+// node could not take it now; it is called exactly once, possibly on
+// another goroutine.
 //
 // A RemoteMember with no ClientID stands for this node's ordinary
 // subscribers: m is routed to them, as ForwardFrom does, and done reports
 // once it is stored for the persistent ones (another node's outbox sent it).
-func (srv *Server) DeliverFrom(to RemoteMember, m *Message, done func(accepted bool)) {
+func (srv *Server) DeliverFrom(to RemoteMember, m *Message, done func(accepted bool, err error)) {
 	m.fromPeer = true
 	if to.ClientID == "" {
 		srv.forwardAcked(m, done)
@@ -356,14 +368,14 @@ func (srv *Server) DeliverFrom(to RemoteMember, m *Message, done func(accepted b
 	}
 	if sub == nil || sub.group == nil {
 		srv.stats.clusterNotHere.Add(1)
-		done(false)
+		done(false, nil)
 		return
 	}
 	var ids subIDs
 	ids.add(sub.id)
 	res := sess.deliver(m, min(m.QoS, sub.qos), m.Retain && sub.retainAsPublished, &ids, sub.group)
 	if !res.ok {
-		done(false)
+		done(false, nil) // the sender picks another member
 		return
 	}
 	sub.group.delivered.Add(1)
@@ -372,10 +384,10 @@ func (srv *Server) DeliverFrom(to RemoteMember, m *Message, done func(accepted b
 		res.conn.signal()
 	}
 	if !res.persisted {
-		done(true)
+		done(true, nil)
 		return
 	}
-	go func() { done(srv.syncStore() == nil) }()
+	go func() { done(srv.syncStore() == nil, nil) }()
 }
 
 // ErrMaybeDelivered wraps a directed delivery's error when the other node

@@ -67,10 +67,13 @@ func (c *memCluster) Deliver(to broker.RemoteMember, m *broker.Message, done fun
 			done(errNodeDown)
 			return
 		}
-		c.node(to.Node).DeliverFrom(to, m.Clone(), func(ok bool) {
-			if ok {
+		c.node(to.Node).DeliverFrom(to, m.Clone(), func(ok bool, err error) {
+			switch {
+			case err != nil:
+				done(err)
+			case ok:
 				done(nil)
-			} else {
+			default:
 				done(broker.ErrNotHere)
 			}
 		})
@@ -103,12 +106,19 @@ func (c *memCluster) Unsubscribed(string, string) broker.Registration     { retu
 
 // startCluster starts brokers named n1..nN joined by one memNet.
 func startCluster(t *testing.T, n int) (*memNet, []*brokertest.Server) {
+	return startClusterOpts(t, n, broker.Options{})
+}
+
+// startClusterOpts is startCluster with options for every broker.
+func startClusterOpts(t *testing.T, n int, opts broker.Options) (*memNet, []*brokertest.Server) {
 	net := &memNet{nodes: map[string]*broker.Server{}, down: map[string]*atomic.Bool{}}
 	var servers []*brokertest.Server
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprint("n", i)
 		net.down[name] = new(atomic.Bool)
-		s := brokertest.Start(t, broker.Options{Cluster: net.cluster(name)}, nil)
+		o := opts
+		o.Cluster = net.cluster(name)
+		s := brokertest.Start(t, o, nil)
 		net.mu.Lock()
 		net.nodes[name] = s.Server
 		net.mu.Unlock()
@@ -468,4 +478,32 @@ func outboxReroutes(t *testing.T, to int) {
 	if i := slices.IndexFunc(q, func(f broker.ForwardQueueStats) bool { return f.Node == "n2" }); i < 0 || q[i].Rerouted != 5 || q[i].Queued != 0 {
 		t.Errorf("forward queues %+v, want 5 routed again from n2's", q)
 	}
+}
+
+// TestForwardRefusedByAFullQueueIsSentAgain: a subscriber on node 2 whose
+// queue is full while its client is away (backpressure, the default) makes
+// node 2 refuse a forward rather than drop it: node 1's outbox sends it
+// again until the client is back and its queue drains, so every
+// acknowledged message arrives (fault-suite seed 5 lost 469 when a
+// restarted gateway's queues filled with what the others had kept for it).
+func TestForwardRefusedByAFullQueueIsSentAgain(t *testing.T) {
+	_, s := startClusterOpts(t, 2, broker.Options{MaxQueuedMessages: 5})
+	h := windowSub(t, s[1].Addr, "historian", "plain/#", 100, 3600)
+	h.Conn.Close() // away; its session (and its queue of 5) stays
+	brokertest.Eventually(t, 5*time.Second, "historian offline", func() bool { return s[1].Stats().ClientsConnected == 0 })
+	s[0].SetRemoteRoute("n2", "plain/#", true)
+	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
+	for i := range 12 {
+		if rc := pubAck(t, pub, uint16(i+1), "plain/t", fmt.Sprint(i)); rc != packet.Success {
+			t.Fatalf("publish %d: %v", i, rc)
+		}
+	}
+	back, _ := brokertest.Connect(t, s[1].Addr, withExpiry(rawV5("historian", false), 3600))
+	got := map[string]bool{}
+	brokertest.Eventually(t, 10*time.Second, "the historian has all 12", func() bool {
+		for _, p := range drainPayloads(back) {
+			got[p] = true
+		}
+		return len(got) == 12
+	})
 }

@@ -103,5 +103,5 @@ func (h meshHandler) Retained(from string, m *broker.Message) { h.n.srv.RetainFr
 // (and stored, for a persistent session).
 func (h meshHandler) Deliver(from string, to peer.Target, m *broker.Message, r peer.Reply) {
 	h.n.srv.DeliverFrom(broker.RemoteMember{Node: h.n.self, Group: to.Group, Filter: to.Filter, ClientID: to.Client}, m,
-		func(accepted bool) { r.Done(accepted, nil) })
+		func(accepted bool, err error) { r.Done(accepted, err) })
 }

@@ -71,10 +71,13 @@ func (t *memTransport) Deliver(to broker.RemoteMember, m *broker.Message, done f
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		p.DeliverFrom(to, m.Clone(), func(ok bool) {
-			if ok {
+		p.DeliverFrom(to, m.Clone(), func(ok bool, err error) {
+			switch {
+			case err != nil:
+				done(err)
+			case ok:
 				done(nil)
-			} else {
+			default:
 				done(broker.ErrNotHere)
 			}
 		})
