@@ -735,8 +735,16 @@ func TestMemberLeavesMidStream(t *testing.T) {
 	gws, _ := startGRPCNodes(t, 3)
 	var readers sync.WaitGroup
 	var got sync.Map
+	var conns []*brokertest.Client
+	defer func() {
+		for _, c := range conns {
+			c.Conn.Close()
+		}
+		readers.Wait()
+	}()
 	for i, id := range []string{"w1", "w2", "w3"} {
 		c := subscribe(t, gws[i], id, "$share/g/t/#")
+		conns = append(conns, c)
 		readers.Go(func() {
 			for {
 				h, body, err := c.Read(5 * time.Second)
@@ -746,7 +754,9 @@ func TestMemberLeavesMidStream(t *testing.T) {
 				var p packet.Publish
 				if p.Decode(packet.V5, h.Flags, body) == nil {
 					got.Store(string(p.Payload), id)
-					c.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+					// Not Send: its failure (the test closing the
+					// connection as it ends) would fail the test.
+					c.Conn.Write((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
 				}
 			}
 		})

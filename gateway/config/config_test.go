@@ -42,12 +42,12 @@ func TestParseErrors(t *testing.T) {
 				"  max_packet_size: 1048576",
 				"  recieve_maximum: 1024",
 			),
-			want: `linemq.yaml:7: unknown key "mqtt.recieve_maximum"`,
+			want: `linemq.yaml:7: unknown key "mqtt.recieve_maximum"; did you mean "mqtt.receive_maximum"?`,
 		},
 		{
 			name: "unknown top-level key",
 			yaml: lines("log_level: info", "loglevel: debug"),
-			want: `linemq.yaml:2: unknown key "loglevel"`,
+			want: `linemq.yaml:2: unknown key "loglevel"; did you mean "log_level"?`,
 		},
 		{
 			name: "typo in a list item",
@@ -58,14 +58,14 @@ func TestParseErrors(t *testing.T) {
 				"    - name: b",
 				"      stratgy: random",
 			),
-			want: `linemq.yaml:5: unknown key "shared_subscriptions.groups[1].stratgy"`,
+			want: `linemq.yaml:5: unknown key "shared_subscriptions.groups[1].stratgy"; did you mean "shared_subscriptions.groups[1].strategy"?`,
 		},
 		{
 			name: "every problem is reported",
 			yaml: lines("mqtt:", "  lisen: x", "  connect_timeout: 10", "htp:", "  listen: y"),
-			want: `linemq.yaml:2: unknown key "mqtt.lisen"` + "\n" +
+			want: `linemq.yaml:2: unknown key "mqtt.lisen"; did you mean "mqtt.listen"?` + "\n" +
 				`linemq.yaml:3: mqtt.connect_timeout: "10" is not a duration (write it like "10s", "500ms" or "1h30m")` + "\n" +
-				`linemq.yaml:4: unknown key "htp"`,
+				`linemq.yaml:4: unknown key "htp"; did you mean "http"?`,
 		},
 		{
 			name: "duplicate key",
@@ -226,7 +226,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "tabs",
 			yaml: lines("mqtt:", "\tlisten: x"),
-			want: `linemq.yaml:2: found character that cannot start any token`,
+			want: `linemq.yaml:2: found character that cannot start any token: a tab indents this line or the next; YAML indents with spaces only`,
 		},
 	}
 	for _, tt := range tests {
@@ -563,7 +563,7 @@ func TestErrorValues(t *testing.T) {
 	if !errors.As(err, &ce) || !errors.Is(err, ErrUnknownKey) {
 		t.Fatalf("Parse error %#v: want an *Error wrapping ErrUnknownKey", err)
 	}
-	if want := (Error{File: file, Line: 2, Key: "mqtt.recieve_maximum", Err: ErrUnknownKey}); *ce != want {
+	if want := (Error{File: file, Line: 2, Key: "mqtt.recieve_maximum", Err: ErrUnknownKey, Hint: `did you mean "mqtt.receive_maximum"?`}); *ce != want {
 		t.Errorf("got %+v, want %+v", *ce, want)
 	}
 

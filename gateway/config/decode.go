@@ -277,7 +277,7 @@ func overrideError(origin, key, value string, err error) error {
 		_, _, msg := splitPosition(s)
 		switch m := yamlMessage(msg); {
 		case m.unknown != "":
-			errs = append(errs, &Error{File: origin, Key: key, Err: ErrUnknownKey, Hint: suggest(key)})
+			errs = append(errs, &Error{File: origin, Key: key, Err: ErrUnknownKey})
 		case m.into == "a mapping of keys" || m.into == "a list":
 			errs = append(errs, &Error{File: origin, Key: key, Err: errors.New("not a single value")})
 		case m.into != "":
