@@ -148,10 +148,15 @@ func (srv *Server) forwardDurable(node string, m *Message, r *router) bool {
 	o.mu.Lock()
 	o.seq++
 	e := &outboxEntry{seq: o.seq, msg: m, size: int64(len(m.Topic) + len(m.Payload)), at: now}
+	// The answer is waited for only when it can come soon: the node is
+	// available, not being retried, and nothing kept for it waits to be
+	// sent (a backlog after an outage would hold the acknowledgement for
+	// as long as it takes to drain).
+	direct := r != nil && o.next >= len(o.entries) && !now.Before(o.retryAt) && srv.opts.Cluster.Available(node)
 	o.entries = append(o.entries, e)
 	o.bytes += e.size
 	stored := false
-	if r != nil && !now.Before(o.retryAt) && srv.opts.Cluster.Available(node) {
+	if direct {
 		if r.remote == nil {
 			r.remote = &remoteWait{}
 		}
