@@ -272,17 +272,36 @@ func (o *outbox) run() {
 			o.next++
 		}
 		var e *outboxEntry
-		if o.next < len(o.entries) && o.inflight < outboxWindow && !now.Before(o.retryAt) && cl.Available(o.node) {
+		available := !now.Before(o.retryAt) && cl.Available(o.node)
+		if o.next < len(o.entries) && o.inflight < outboxWindow && available {
 			e = o.entries[o.next]
 			o.next++
 			o.inflight++
 			e.gen = o.gen
+		}
+		var waits []*remoteWait
+		written := false
+		if !available {
+			// The node went away between a message's arrival and its
+			// sending: what waits in memory for an answer that will not
+			// come soon is written, and its publisher acknowledged once
+			// it is on disk, not when the node is back.
+			for _, d := range o.entries[o.next:] {
+				if d.wait != nil {
+					written = o.storeLocked(d) || written
+					waits = append(waits, d.wait)
+					d.wait = nil
+				}
+			}
 		}
 		var wait time.Duration
 		if e == nil {
 			wait = max(o.retryAt.Sub(now), outboxRetryMin)
 		}
 		o.mu.Unlock()
+		if len(waits) > 0 {
+			go o.release(waits, written)
+		}
 		if e != nil {
 			o.send(cl, e)
 			continue
@@ -395,17 +414,21 @@ func (o *outbox) answer(e *outboxEntry, gen uint64, err error) {
 	if len(waits) == 0 {
 		return
 	}
-	release := func(refused bool) {
-		for _, w := range waits {
-			w.finish(refused)
-		}
-	}
-	if !written || o.srv.opts.Store == nil {
-		release(false)
+	if !written {
+		o.release(waits, false)
 		return
 	}
 	// Off the answering goroutine: a commit may take a while.
-	go func() { release(o.srv.syncStore() != nil) }()
+	go o.release(waits, true)
+}
+
+// release lets the acknowledgements of waits go, once what was written for
+// them (written) is committed; a commit that fails refuses them.
+func (o *outbox) release(waits []*remoteWait, written bool) {
+	refused := written && o.srv.opts.Store != nil && o.srv.syncStore() != nil
+	for _, w := range waits {
+		w.finish(refused)
+	}
 }
 
 // reroute gives a message that no subscription matched on the node it was

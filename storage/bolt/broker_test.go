@@ -432,6 +432,7 @@ type farNode struct {
 	mu     sync.Mutex
 	up     bool
 	silent bool     // available, but its answers are errors (frozen: a timeout)
+	fading bool     // available once more, then down (dying as a message arrives)
 	got    []string // payloads, with "+dup" for a redelivery
 }
 
@@ -453,7 +454,11 @@ func (f *farNode) Deliver(_ broker.RemoteMember, m *broker.Message, done func(er
 func (f *farNode) Available(string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.up
+	up := f.up
+	if f.fading {
+		f.up, f.fading = false, false
+	}
+	return up
 }
 func (f *farNode) Subscribed(string, string, byte) broker.Registration { return nil }
 func (f *farNode) Unsubscribed(string, string) broker.Registration     { return nil }
@@ -530,6 +535,29 @@ func TestForwardsUnansweredAreWritten(t *testing.T) {
 	if got, want := far.received(), []string{"0+dup", "1+dup", "2+dup"}; !slices.Equal(got, want) {
 		t.Fatalf("n2 received %v, want %v", got, want)
 	}
+}
+
+// TestForwardsNodeGoneBeforeSending: the other node is available when a
+// message arrives (its PUBACK then waits for the node's answer) and gone
+// before the outbox sends it: the message is written and acknowledged at
+// once, not when the node is back (fault-suite seed 9: a PUBACK held 6.8 s,
+// the whole of a node's restart).
+func TestForwardsNodeGoneBeforeSending(t *testing.T) {
+	far := &farNode{up: true, fading: true}
+	n := newNode(t, broker.Options{Cluster: far}, bolt.Options{Sync: bolt.SyncBatch})
+	n.srv().SetRemoteRoute("n2", "plain/#", true)
+	pub, _ := brokertest.Connect(t, n.Addr, v5("pub", true, 0))
+	pub.Publish(&packet.Publish{Topic: []byte("plain/t"), QoS: 1, PacketID: 1, Payload: []byte("0")})
+	var a packet.Ack
+	pub.Expect(packet.PUBACK, &a) // before: no PUBACK while n2 is down
+	if a.Reason != packet.Success {
+		t.Fatalf("PUBACK %v", a.Reason)
+	}
+	if q := n.srv().ForwardQueues(); len(q) != 1 || q[0].Queued != 1 {
+		t.Fatalf("forward queues %+v, want the message kept for n2", q)
+	}
+	far.set(true)
+	brokertest.Eventually(t, 5*time.Second, "n2 has it", func() bool { return len(far.received()) == 1 })
 }
 
 // TestForwardsBounded: past cluster.forwards.max_bytes the oldest messages
