@@ -224,27 +224,7 @@ func runClusterLoad(bs []*broker, duration time.Duration) (*clusterResult, error
 	base := sumAcked(pubs)
 
 	cpu0 := cpuOf(bs)
-	start := time.Now()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, p := range pubs {
-		wg.Go(func() { p.send(stop) })
-	}
-	time.Sleep(duration)
-	close(stop)
-	wg.Wait()
-	publishing := time.Since(start)
-	// Drain: until every acknowledged message is in, or 10 s.
-	for drainEnd := time.Now().Add(10 * time.Second); time.Now().Before(drainEnd); {
-		var distinct int64
-		for _, w := range workers {
-			distinct += w.distinct.Load()
-		}
-		if outstanding(pubs) == 0 && distinct >= sumAcked(pubs)-base {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	start, publishing := publishAndDrain(pubs, workers, base, duration)
 	acked := sumAcked(pubs) - base
 	cpu1 := cpuOf(bs)
 
@@ -269,6 +249,33 @@ func runClusterLoad(bs []*broker, duration time.Duration) (*clusterResult, error
 		r.shareLo, r.hi = slices.Min(counts)/even, slices.Max(counts)/even
 	}
 	return r, nil
+}
+
+// publishAndDrain runs the publishers for duration, then waits until
+// every message acknowledged since base is in (or 10 s), and returns when
+// publishing started and how long it lasted.
+func publishAndDrain(pubs []*loadPublisher, workers []*loadWorker, base int64, duration time.Duration) (time.Time, time.Duration) {
+	start := time.Now()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, p := range pubs {
+		wg.Go(func() { p.send(stop) })
+	}
+	time.Sleep(duration)
+	close(stop)
+	wg.Wait()
+	publishing := time.Since(start)
+	for drainEnd := time.Now().Add(10 * time.Second); time.Now().Before(drainEnd); {
+		var distinct int64
+		for _, w := range workers {
+			distinct += w.distinct.Load()
+		}
+		if outstanding(pubs) == 0 && distinct >= sumAcked(pubs)-base {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return start, publishing
 }
 
 func sumAcked(pubs []*loadPublisher) int64 {

@@ -16,7 +16,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -122,22 +121,7 @@ func runForwardLoad(bs []*broker, duration time.Duration, clean bool) (*forwardR
 	base := sumAcked(pubs)
 
 	wrote0 := writeBytes(bs[0].pid())
-	start := time.Now()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, p := range pubs {
-		wg.Go(func() { p.send(stop) })
-	}
-	time.Sleep(duration)
-	close(stop)
-	wg.Wait()
-	publishing := time.Since(start)
-	for drainEnd := time.Now().Add(10 * time.Second); time.Now().Before(drainEnd); {
-		if outstanding(pubs) == 0 && w.distinct.Load() >= sumAcked(pubs)-base {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	start, publishing := publishAndDrain(pubs, []*loadWorker{w}, base, duration)
 	acked := sumAcked(pubs) - base
 	wrote := int64(writeBytes(bs[0].pid()) - wrote0)
 	r := &forwardResult{dups: w.dups.Load()}
