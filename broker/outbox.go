@@ -80,7 +80,7 @@ func (o ForwardOptions) maxAge() time.Duration {
 
 // outboxes are the Server's outboxes, one per node with messages to hand.
 type outboxes struct {
-	mu sync.Mutex
+	mu sync.RWMutex // read on every forwarded publish; written once per node
 	m  map[string]*outbox
 }
 
@@ -124,9 +124,15 @@ type outboxEntry struct {
 
 // outbox returns node's outbox, made on first use.
 func (srv *Server) outbox(node string) *outbox {
+	srv.forwards.mu.RLock()
+	o := srv.forwards.m[node]
+	srv.forwards.mu.RUnlock()
+	if o != nil {
+		return o
+	}
 	srv.forwards.mu.Lock()
 	defer srv.forwards.mu.Unlock()
-	o := srv.forwards.m[node]
+	o = srv.forwards.m[node]
 	if o == nil {
 		if srv.forwards.m == nil {
 			srv.forwards.m = make(map[string]*outbox)
@@ -498,12 +504,12 @@ type ForwardQueueStats struct {
 
 // ForwardQueues returns the figures of every node's outbox, by node name.
 func (srv *Server) ForwardQueues() []ForwardQueueStats {
-	srv.forwards.mu.Lock()
+	srv.forwards.mu.RLock()
 	os := make([]*outbox, 0, len(srv.forwards.m))
 	for _, o := range srv.forwards.m {
 		os = append(os, o)
 	}
-	srv.forwards.mu.Unlock()
+	srv.forwards.mu.RUnlock()
 	now := srv.clock.Now()
 	out := make([]ForwardQueueStats, 0, len(os))
 	for _, o := range os {
