@@ -1,17 +1,8 @@
 package gateway_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
+	"github.com/linemq/linemq/internal/certtest"
 	"strings"
 	"testing"
 	"time"
@@ -24,74 +15,9 @@ import (
 	"github.com/linemq/linemq/internal/mqtttest"
 )
 
-// testCA is a certificate authority made for one test, its files in a
-// temporary directory.
-type testCA struct {
-	dir  string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	File string // the CA certificate, PEM
-}
-
-func newTestCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	ca := &testCA{dir: t.TempDir(), cert: cert, key: key}
-	ca.File = writePEMFile(t, filepath.Join(ca.dir, "ca.crt"), "CERTIFICATE", der)
-	return ca
-}
-
-// issue makes a certificate for a gateway (or etcd) named node, valid for
-// server and client authentication, naming node and 127.0.0.1, and
-// returns its certificate and key files.
-func (ca *testCA) issue(t *testing.T, node string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: node},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		DNSNames: []string{node}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return writePEMFile(t, filepath.Join(ca.dir, node+".crt"), "CERTIFICATE", der),
-		writePEMFile(t, filepath.Join(ca.dir, node+".key"), "EC PRIVATE KEY", kder)
-}
-
-func writePEMFile(t *testing.T, file, typ string, der []byte) string {
-	t.Helper()
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return file
-}
-
 // meshTLS sets cluster.tls to a certificate of ca for the gateway.
-func meshTLS(t *testing.T, c *config.Config, ca *testCA) {
-	cert, key := ca.issue(t, c.NodeID)
+func meshTLS(t *testing.T, c *config.Config, ca *certtest.CA) {
+	cert, key := ca.Files(t, c.NodeID, "127.0.0.1")
 	c.Cluster.TLS = config.ClusterTLS{CertFile: cert, KeyFile: key, CAFile: ca.File}
 }
 
@@ -101,7 +27,7 @@ func meshTLS(t *testing.T, c *config.Config, ca *testCA) {
 // mesh), but no stream to it is established, its member is passed over,
 // and gw1's cluster_peers health check and the peer metrics say why.
 func TestClusterMutualTLS(t *testing.T) {
-	plant, other := newTestCA(t, "plant CA"), newTestCA(t, "another CA")
+	plant, other := certtest.NewCA(t, "plant CA"), certtest.NewCA(t, "another CA")
 	peerURL, clientURL := freeURL(t), freeURL(t)
 	gw1 := startGateway(t, "gw1", func(c *config.Config) {
 		hostEtcd(peerURL, clientURL)(c)
