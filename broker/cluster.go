@@ -93,7 +93,7 @@ type ClusterInbound interface {
 	MergeRetained(ms []*Message) int
 	// HandOver, Adopt, Drop and Evict move a session between nodes; see
 	// each.
-	HandOver(clientID string) (*SessionState, bool)
+	HandOver(clientID, to string) (*SessionState, bool)
 	Adopt(st *SessionState) error
 	Drop(clientID string)
 	Evict(clientID string)
@@ -130,6 +130,7 @@ const ClusterClaimTimeout = 2 * time.Second
 // Evict disconnects clientID's connection (0x8E Session taken over) and
 // ends its session here: another node has claimed it.
 func (srv *Server) Evict(clientID string) {
+	srv.redirectClaimed(clientID)
 	srv.mu.Lock()
 	sess := srv.sessions[clientID]
 	if sess != nil {
@@ -173,7 +174,6 @@ type remoteRoute struct{ node, filter string }
 func (srv *Server) SetRemoteRoute(node, filter string, present bool) {
 	key := remoteRoute{node, filter}
 	srv.routesMu.Lock()
-	defer srv.routesMu.Unlock()
 	rr, ok := srv.routes[key]
 	switch {
 	case present && !ok:
@@ -183,6 +183,10 @@ func (srv *Server) SetRemoteRoute(node, filter string, present bool) {
 	case !present && ok:
 		delete(srv.routes, key)
 		srv.remote.Remove(filter, rr)
+	}
+	srv.routesMu.Unlock()
+	if present {
+		srv.redirectRouteSeen(node, filter) // what a session that moved there left redirected here
 	}
 }
 
@@ -233,7 +237,7 @@ func (r *router) forwardRemote(srv *Server, m *Message) {
 		if m.QoS > 0 && !srv.opts.Forwards.BestEffort {
 			// Kept until the node has it; the acknowledgement waits for
 			// its answer, or for the record when it is away (outbox.go).
-			r.persisted = srv.forwardDurable(rr.node, m, r) || r.persisted
+			r.persisted = srv.forwardDurable(rr.node, "", m, r) || r.persisted
 			continue
 		}
 		srv.opts.Cluster.Forward(rr.node, m)
@@ -271,21 +275,15 @@ func (srv *Server) forwardAcked(m *Message, done func(accepted bool, err error))
 	var r router
 	r.route(srv, m, nil)
 	r.flush()
-	switch {
-	case !r.matched:
+	if !r.matched && !r.refused {
 		// Its subscriber left, or moved to another node with its
 		// session: the sender routes it again.
 		done(false, nil)
-	case r.refused:
-		done(false, errForwardRefused)
-	case !r.persisted:
-		done(true, nil)
-	default:
-		go func() {
-			err := srv.syncStore()
-			done(err == nil, err)
-		}()
+		return
 	}
+	// What a redirect sent on (a subscriber moving away from here) is
+	// answered for by the node it moved to.
+	srv.answerRouted(&r, done)
 }
 
 // errForwardRefused answers a forward that a subscriber's full queue
@@ -351,10 +349,16 @@ var ErrNotHere = errors.New("broker: not here")
 // A RemoteMember with no ClientID stands for this node's ordinary
 // subscribers: m is routed to them, as ForwardFrom does, and done reports
 // once it is stored for the persistent ones (another node's outbox sent it).
+// One with a ClientID and no Group is a client whose session moved here
+// from the sending node: m goes to its ordinary subscriptions (redirect.go).
 func (srv *Server) DeliverFrom(to RemoteMember, m *Message, done func(accepted bool, err error)) {
 	m.fromPeer = true
-	if to.ClientID == "" {
+	switch {
+	case to.ClientID == "":
 		srv.forwardAcked(m, done)
+		return
+	case to.Group == "":
+		srv.deliverMoved(to.ClientID, m, done)
 		return
 	}
 	srv.mu.Lock()

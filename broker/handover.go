@@ -156,14 +156,16 @@ func UnmarshalSessionState(b []byte) (*SessionState, error) {
 // session, the client finds it here again.
 type handedOver map[string]*SessionState
 
-// HandOver gives clientID's session to another node of the cluster, where
-// the client is resuming it: its connection here is closed with 0x8E
-// (Session taken over), its subscriptions stop routing here, and its
-// state is returned, messages and all. The session's records stay in the
+// HandOver gives clientID's session to node to, where the client is
+// resuming it: its connection here is closed with 0x8E (Session taken
+// over), its state is returned, messages and all, and what its ordinary
+// QoS 1 and 2 subscriptions match here from then on is sent on to it there
+// until every node routes to it there (redirect.go); its other
+// subscriptions stop routing here. The session's records stay in the
 // Store until the new owner's claim is seen (Evict), so a new node that
 // fails before it has stored the state loses nothing. It reports false
 // when this node has no such session.
-func (srv *Server) HandOver(clientID string) (*SessionState, bool) {
+func (srv *Server) HandOver(clientID, to string) (*SessionState, bool) {
 	srv.mu.Lock()
 	sess := srv.sessions[clientID]
 	if sess == nil {
@@ -177,10 +179,10 @@ func (srv *Server) HandOver(clientID string) (*SessionState, bool) {
 	// The subscriptions stop routing here before the state is read, so
 	// what was matched before lands in it; what arrives later finds the
 	// session ended (a share group picks another member).
-	subs := srv.letGo(sess)
+	subs := srv.letGo(sess, to)
 
 	sess.mu.Lock()
-	sess.ended = true
+	sess.ended, sess.movedTo = true, to
 	st := sess.exportLocked(subs)
 	sess.queue.reset()
 	clear(sess.inflight)
@@ -280,6 +282,10 @@ func (srv *Server) Adopt(st *SessionState) error {
 	for _, sr := range rec.Subscriptions {
 		srv.restoreSubscription(s, sr)
 	}
+	// Back here from the node it was handed to: what was redirected
+	// there ends, now that its subscriptions route here again (not
+	// before, so that its filters stay registered from here throughout).
+	srv.endRedirectOf(rec.ClientID)
 	s.mu.Lock()
 	for _, sub := range s.subs {
 		s.saveSubLocked(sub)
@@ -300,6 +306,7 @@ func (srv *Server) Adopt(st *SessionState) error {
 		s.setInboundLocked(pid, true)
 	}
 	s.adopted = s.seq
+	s.adoptedAt = s.since
 	s.mu.Unlock()
 	srv.mu.Lock()
 	srv.sessions[s.id] = s
@@ -346,7 +353,7 @@ func (srv *Server) discard(sess *session, settleAdopted bool) {
 	}
 	sess.ended = true
 	sess.mu.Unlock()
-	srv.letGo(sess)
+	srv.letGo(sess, "")
 	sess.mu.Lock()
 	var since []delivery
 	if settleAdopted {
@@ -359,13 +366,14 @@ func (srv *Server) discard(sess *session, settleAdopted bool) {
 	srv.settle(sess, since, func() { srv.deleteStored(sess) })
 }
 
-// letGo detaches a session that lives on elsewhere (handed over, or
-// superseded by one handed over): its connection is closed with 0x8E, its
-// timers and any delayed will are cancelled (the client resumes within
-// the delay, as on a takeover here), and its subscriptions stop routing
-// here, without handing its messages to other members. It returns the
+// letGo detaches a session that lives on elsewhere (handed over to node
+// to, or superseded by one handed over when to is empty): its connection
+// is closed with 0x8E, its timers and any delayed will are cancelled (the
+// client resumes within the delay, as on a takeover here), and its
+// subscriptions stop routing here, without handing its messages to other
+// members, but for those redirected to to (redirect.go). It returns the
 // subscriptions it had. sess is already out of srv.sessions.
-func (srv *Server) letGo(sess *session) map[string]*subscription {
+func (srv *Server) letGo(sess *session, to string) map[string]*subscription {
 	sess.mu.Lock()
 	c := sess.conn
 	sess.conn = nil
@@ -381,7 +389,7 @@ func (srv *Server) letGo(sess *session) map[string]*subscription {
 		c.wmu.Unlock()
 		c.kick(packet.SessionTakenOver)
 	}
-	for _, sub := range subs {
+	for _, sub := range srv.startRedirect(sess.id, to, subs) {
 		if sub.group != nil {
 			srv.leaveGroup(sub)
 		} else {
@@ -398,6 +406,8 @@ func (srv *Server) letGo(sess *session) map[string]*subscription {
 // never took it (its claim failed), for its client resuming here; a client
 // starting clean here just ends it. It runs before attach.
 func (srv *Server) takeBackHanded(clientID string, cleanStart bool) error {
+	// The client is served here again: nothing of it goes to another node.
+	defer srv.endRedirectOf(clientID)
 	srv.mu.Lock()
 	st, ok := srv.handed[clientID]
 	srv.mu.Unlock()

@@ -110,6 +110,7 @@ type outbox struct {
 type outboxEntry struct {
 	seq     uint64
 	msg     *Message
+	client  string // for this client's session only (redirect.go), or "" for the node's subscribers
 	size    int64
 	at      time.Time
 	sent    bool   // sent at least once: a resend carries DUP
@@ -143,17 +144,18 @@ func (srv *Server) outbox(node string) *outbox {
 	return o
 }
 
-// forwardDurable keeps m for node's ordinary subscribers. With a router
+// forwardDurable keeps m for node's ordinary subscribers, or for client's
+// session only when client is not empty (redirect.go). With a router
 // (a publish being routed) and the node available, the publisher's
 // acknowledgement waits for the node's answer (r.remote); otherwise m is
 // written to the Store and forwardDurable reports true: the
 // acknowledgement waits for the commit.
-func (srv *Server) forwardDurable(node string, m *Message, r *router) bool {
+func (srv *Server) forwardDurable(node, client string, m *Message, r *router) bool {
 	o := srv.outbox(node)
 	now := srv.clock.Now()
 	o.mu.Lock()
 	o.seq++
-	e := &outboxEntry{seq: o.seq, msg: m, size: int64(len(m.Topic) + len(m.Payload)), at: now}
+	e := &outboxEntry{seq: o.seq, msg: m, client: client, size: int64(len(m.Topic) + len(m.Payload)), at: now}
 	// The answer is waited for only when it can come soon: the node is
 	// available, not being retried, and nothing kept for it waits to be
 	// sent (a backlog after an outage would hold the acknowledgement for
@@ -343,12 +345,17 @@ func (o *outbox) send(cl Cluster, e *outboxEntry) {
 	o.sent++
 	gen := e.gen
 	o.mu.Unlock()
-	cl.Deliver(RemoteMember{Node: o.node}, m, func(err error) { o.answer(e, gen, err) })
+	cl.Deliver(RemoteMember{Node: o.node, ClientID: e.client}, m, func(err error) { o.answer(e, gen, err) })
 }
 
 // answer records the node's answer to e, sent in generation gen.
 func (o *outbox) answer(e *outboxEntry, gen uint64, err error) {
 	notHere := errors.Is(err, ErrNotHere)
+	if notHere && e.client != "" && o.srv.redirecting(e.client, o.node) {
+		// The session on its way there is not installed yet: sent
+		// again after a wait, as after no answer.
+		notHere, err = false, errNotAdopted
+	}
 	o.mu.Lock()
 	if gen == o.gen {
 		o.inflight--
@@ -428,6 +435,10 @@ func (o *outbox) answer(e *outboxEntry, gen uint64, err error) {
 	go o.release(waits, true)
 }
 
+// errNotAdopted answers a redirected message that reached its client's new
+// node before the session did.
+var errNotAdopted = errors.New("broker: the session is not on that node yet")
+
 // release lets the acknowledgements of waits go, once what was written for
 // them (written) is committed; a commit that fails refuses them.
 func (o *outbox) release(waits []*remoteWait, written bool) {
@@ -454,7 +465,7 @@ func (srv *Server) reroute(from string, m *Message) {
 	for _, rr := range srv.remote.Match(c.topicBytes) {
 		if rr.node != from && !slices.Contains(nodes, rr.node) {
 			nodes = append(nodes, rr.node)
-			srv.forwardDurable(rr.node, c, nil)
+			srv.forwardDurable(rr.node, "", c, nil)
 		}
 	}
 }

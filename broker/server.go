@@ -40,7 +40,8 @@ type Server struct {
 
 	retained retainedStore
 	clusterState
-	forwards outboxes // messages kept for other nodes' ordinary subscribers
+	forwards  outboxes  // messages kept for other nodes' ordinary subscribers
+	redirects redirects // sessions handed to other nodes, still matched here (redirect.go)
 
 	// Decode and encode structs are borrowed per read and per send rather
 	// than kept in every connection: an idle connection then holds none.

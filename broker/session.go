@@ -28,11 +28,15 @@ type session struct {
 	version packet.Version
 	expiry  uint32 // Session Expiry Interval in seconds
 	ended   bool   // removed from the server; deliveries are refused
+	movedTo string // the node an ended session was handed to (redirect.go)
 
 	subs map[string]*subscription // by filter as subscribed
 
 	seq      uint64              // last delivery sequence number
 	adopted  uint64              // seq of the last message of a state handed over (Adopt): later ones were delivered here
+	// adoptedAt is when the session was handed over to this node (zero if
+	// it never was): see deliverLocked.
+	adoptedAt time.Time
 	nextPID  uint16              // last packet id handed out
 	inflight map[uint16]delivery // outbound QoS 1/2 awaiting acknowledgement
 	queue    ring                // waiting for the send window or a connection
@@ -112,7 +116,17 @@ func (s *session) deliver(m *Message, qos byte, retain bool, ids *subIDs, g *sha
 // deliverLocked is deliver with s.mu held.
 func (s *session) deliverLocked(m *Message, qos byte, retain bool, ids *subIDs, g *shareGroup, now time.Time) deliverResult {
 	if s.ended {
-		return deliverResult{}
+		return deliverResult{movedTo: s.movedTo}
+	}
+	if qos > 0 && m.fromPeer && g == nil && !s.adoptedAt.IsZero() && !m.redelivery && m.Created.Before(s.adoptedAt.Add(moveSkew)) {
+		// Published before the session moved here, and forwarded here
+		// by a node that may have forwarded it to the old node as well,
+		// for that node's subscribers or this one's: the old node may
+		// have delivered it (it is then in the state handed over, or
+		// acknowledged). The copy goes with DUP.
+		c := m.Clone()
+		c.redelivery, c.fromPeer = true, true
+		m = c
 	}
 	if qos == 0 {
 		if s.conn == nil {
@@ -242,6 +256,7 @@ type deliverResult struct {
 	refused   bool     // the session's queue is full and the message was refused
 	persisted bool     // the Store was written to
 	congested *session // a share-group member past its high-water mark: hold the publisher's ack
+	movedTo   string   // the session was handed to this node: redirect the message there
 }
 
 // windowOpenLocked reports whether a QoS 1/2 message can be sent now: the

@@ -21,6 +21,7 @@ type counters struct {
 	clusterRepicks   atomic.Uint64
 	maybeDelivered   atomic.Uint64
 	clusterNotHere   atomic.Uint64
+	clusterRedirects atomic.Uint64
 	handedOver       atomic.Uint64
 	adopted          atomic.Uint64
 	retainedStale    atomic.Uint64
@@ -65,6 +66,7 @@ type Stats struct {
 	// another: their new copy carries DUP.
 	RepicksMaybeDelivered uint64
 	ClusterNotHere        uint64 // directed deliveries from other nodes for a client not here
+	ClusterRedirects      uint64 // messages sent on to the node a session moved to, while the other nodes learnt of the move
 	SessionsHandedOver    uint64 // sessions given to another node where their client resumed them
 	SessionsAdopted       uint64 // sessions taken from another node for a client resuming here
 	RetainedFromPeers     uint64 // retained messages (and clears) other nodes sent that were newer than this node's
@@ -113,6 +115,7 @@ func (srv *Server) Stats() Stats {
 		ClusterRepicks:        c.clusterRepicks.Load(),
 		RepicksMaybeDelivered: c.maybeDelivered.Load(),
 		ClusterNotHere:        c.clusterNotHere.Load(),
+		ClusterRedirects:      c.clusterRedirects.Load(),
 		SessionsHandedOver:    c.handedOver.Load(),
 		SessionsAdopted:       c.adopted.Load(),
 		RetainedFromPeers:     c.retainedIn.Load(),

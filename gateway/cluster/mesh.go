@@ -89,7 +89,7 @@ func (h meshHandler) Forward(from string, m *broker.Message) { h.n.srv.ForwardFr
 func (h meshHandler) Call(from, method string, arg []byte) ([]byte, error) {
 	switch method {
 	case callHandOver:
-		return h.n.HandOver(string(arg)), nil
+		return h.n.HandOver(from, string(arg)), nil
 	case callRetained:
 		return appendRetained(nil, h.n.srv.RetainedSnapshot()), nil
 	}

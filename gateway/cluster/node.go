@@ -398,10 +398,10 @@ func parseRetained(b []byte) ([]*broker.Message, error) {
 	return out, nil
 }
 
-// HandOver gives a session this node holds to the node where its client
+// HandOver gives a session this node holds to node to, where its client
 // is resuming it, in its binary form; nil when there is none here.
-func (n *Node) HandOver(clientID string) []byte {
-	st, ok := n.srv.HandOver(clientID)
+func (n *Node) HandOver(to, clientID string) []byte {
+	st, ok := n.srv.HandOver(clientID, to)
 	if !ok {
 		return nil
 	}

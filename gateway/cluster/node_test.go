@@ -111,7 +111,7 @@ func (t *memTransport) HandOver(_ context.Context, node, clientID string) (*brok
 	if p == nil {
 		return nil, errors.New("no such peer")
 	}
-	st, ok := p.HandOver(clientID)
+	st, ok := p.HandOver(clientID, t.self)
 	if !ok {
 		return nil, nil
 	}

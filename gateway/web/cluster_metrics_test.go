@@ -44,6 +44,7 @@ func TestClusterMetrics(t *testing.T) {
 		"linemq_cluster_delivers_total":                                       "0",
 		"linemq_cluster_repicks_total":                                        "0",
 		"linemq_cluster_not_here_total":                                       "0",
+		"linemq_cluster_redirects_total":                                      "0",
 		"linemq_cluster_sessions_handed_over_total":                           "0",
 		"linemq_cluster_sessions_adopted_total":                               "0",
 		"linemq_cluster_retained_from_peers_total":                            "0",

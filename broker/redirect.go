@@ -1,0 +1,367 @@
+package broker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/linemq/linemq/broker/topic"
+)
+
+// A session handed to another node (HandOver) keeps its ordinary QoS 1 and
+// 2 subscriptions here for a while, redirected: what they match is sent to
+// the client on its new node, through that node's outbox, instead of being
+// missed. The other nodes route by the registry, which learns of the move
+// in steps: the new owner adopts the session, claims it, registers its
+// routes; this node unregisters its own. Until every node has seen the new
+// routes, messages for the client keep arriving here (published here, or
+// forwarded by a node whose copy still has this node's route), and without
+// the redirect they found no subscription: acknowledged to their
+// publishers, never delivered.
+//
+// So the routes are given up in an order every node sees alike: a
+// redirected filter is unregistered only once this node has seen both the
+// new owner's claim (Evict; the session is installed there by then) and
+// the new owner's route for the filter, and it leaves this node's index
+// redirectDrain after the unregistration is written, for the forwards
+// already on their way. A redirect lives at most redirectMax; it ends at
+// once when the session comes back here (Adopt).
+//
+// A redirected copy is sent with DUP: the new node may have the message
+// already through its own route. It also may arrive after messages
+// published later that took the direct way, so DUP tells the subscriber
+// what it is.
+
+// redirectDrain is how long a redirected filter stays in the index after
+// its unregistration is written, for the forwards other nodes sent before
+// their copies had it.
+const redirectDrain = 2 * time.Second
+
+// redirectMax bounds a redirect whose end never comes (the new owner died
+// before registering, or the client unsubscribed there).
+const redirectMax = 30 * time.Second
+
+// redirect is a session handed to another node whose ordinary
+// subscriptions still match here.
+type redirect struct {
+	client  string
+	node    string
+	subs    map[*subscription]bool // in the index; true once unregistered (draining)
+	claimed bool                   // the new owner's claim has been seen (Evict)
+	timer   Timer
+}
+
+// redirects are the Server's redirected sessions, by client id.
+type redirects struct {
+	mu sync.Mutex
+	m  map[string]*redirect
+}
+
+// startRedirect keeps subs (ordinary, still in the index and registered)
+// redirected to node for client, and returns the ones it does not keep,
+// which the caller removes as usual.
+func (srv *Server) startRedirect(client, node string, subs map[string]*subscription) map[string]*subscription {
+	if node == "" || srv.opts.Cluster == nil || srv.opts.Forwards.BestEffort {
+		return subs
+	}
+	rd := &redirect{client: client, node: node, subs: map[*subscription]bool{}}
+	rest := map[string]*subscription{}
+	for f, sub := range subs {
+		if sub.group == nil && sub.qos > 0 {
+			rd.subs[sub] = false
+		} else {
+			rest[f] = sub
+		}
+	}
+	if len(rd.subs) == 0 {
+		return subs
+	}
+	rd.timer = srv.clock.AfterFunc(redirectMax, func() {
+		if srv.isStopping() {
+			return
+		}
+		srv.log.Warn("redirect of a moved session ended without its new node's routes", "client", client, "node", node)
+		srv.endRedirect(rd)
+	})
+	srv.redirects.mu.Lock()
+	old := srv.redirects.m[client]
+	if srv.redirects.m == nil {
+		srv.redirects.m = map[string]*redirect{}
+	}
+	srv.redirects.m[client] = rd
+	srv.redirects.mu.Unlock()
+	if old != nil {
+		srv.endRedirect(old)
+	}
+	return rest
+}
+
+// redirecting reports whether messages for client are redirected to node.
+func (srv *Server) redirecting(client, node string) bool {
+	srv.redirects.mu.Lock()
+	defer srv.redirects.mu.Unlock()
+	rd := srv.redirects.m[client]
+	return rd != nil && rd.node == node
+}
+
+// redirectTo sends m for client to node, where its session moved: kept in
+// node's outbox (the publisher's acknowledgement waits for the node's
+// answer through r, or for the record's commit). It reports whether it
+// did.
+func (srv *Server) redirectTo(node, client string, m *Message, r *router) bool {
+	srv.redirects.mu.Lock()
+	rd := srv.redirects.m[client]
+	claimed := rd != nil && rd.claimed
+	srv.redirects.mu.Unlock()
+	if rd == nil || rd.node != node {
+		return false
+	}
+	if !m.fromPeer && claimed && srv.routesTo(node, m) {
+		// Published here, and the session is installed there: the
+		// forward to the node's own route reaches it (forwardRemote).
+		return true
+	}
+	c := m.Clone()
+	c.redelivery = true // the node may have it through its own route
+	srv.stats.clusterRedirects.Add(1)
+	r.persisted = srv.forwardDurable(node, client, c, r) || r.persisted
+	return true
+}
+
+// redirectClaimed records that client's new owner claimed it: the filters
+// it already routes are given up here.
+func (srv *Server) redirectClaimed(client string) {
+	srv.redirects.mu.Lock()
+	rd := srv.redirects.m[client]
+	if rd == nil {
+		srv.redirects.mu.Unlock()
+		return
+	}
+	rd.claimed = true
+	var seen []*subscription
+	for sub, draining := range rd.subs {
+		if !draining && srv.hasRoute(rd.node, sub.filter) {
+			rd.subs[sub] = true
+			seen = append(seen, sub)
+		}
+	}
+	srv.redirects.mu.Unlock()
+	for _, sub := range seen {
+		srv.unregisterRedirected(rd, sub)
+	}
+}
+
+// redirectRouteSeen gives up the redirected filters that node now routes
+// for clients it has claimed.
+func (srv *Server) redirectRouteSeen(node, filter string) {
+	type pending struct {
+		rd  *redirect
+		sub *subscription
+	}
+	var seen []pending
+	srv.redirects.mu.Lock()
+	for _, rd := range srv.redirects.m {
+		if rd.node != node || !rd.claimed {
+			continue
+		}
+		for sub, draining := range rd.subs {
+			if !draining && sub.filter == filter {
+				rd.subs[sub] = true
+				seen = append(seen, pending{rd, sub})
+			}
+		}
+	}
+	srv.redirects.mu.Unlock()
+	for _, p := range seen {
+		srv.unregisterRedirected(p.rd, p.sub)
+	}
+}
+
+// routesTo reports whether m is forwarded to node by node's own routes.
+func (srv *Server) routesTo(node string, m *Message) bool {
+	for _, rr := range srv.remote.Match(m.topicBytes) {
+		if rr.node == node {
+			return true
+		}
+	}
+	return false
+}
+
+// hasRoute reports whether node routes filter, by the registry.
+func (srv *Server) hasRoute(node, filter string) bool {
+	srv.routesMu.Lock()
+	defer srv.routesMu.Unlock()
+	_, ok := srv.routes[remoteRoute{node, filter}]
+	return ok
+}
+
+// unregisterRedirected unregisters sub's filter and takes it out of the
+// index redirectDrain after the other nodes can see that.
+func (srv *Server) unregisterRedirected(rd *redirect, sub *subscription) {
+	reg := srv.opts.Cluster.Unsubscribed(rd.client, sub.filter)
+	go func() {
+		if reg != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), ClusterRegisterTimeout)
+			reg.Wait(ctx)
+			cancel()
+		}
+		srv.clock.AfterFunc(redirectDrain, func() {
+			if !srv.isStopping() {
+				srv.dropRedirected(rd, sub)
+			}
+		})
+	}()
+}
+
+// dropRedirected takes sub out of the index and out of rd; rd ends with
+// its last.
+func (srv *Server) dropRedirected(rd *redirect, sub *subscription) {
+	srv.redirects.mu.Lock()
+	_, ok := rd.subs[sub]
+	delete(rd.subs, sub)
+	last := ok && len(rd.subs) == 0
+	if last && srv.redirects.m[rd.client] == rd {
+		delete(srv.redirects.m, rd.client)
+	}
+	srv.redirects.mu.Unlock()
+	if !ok {
+		return
+	}
+	srv.subs.Remove(sub.topicFilter, sub)
+	if last && rd.timer != nil {
+		rd.timer.Stop()
+	}
+}
+
+// endRedirect ends rd now: every filter it still has is unregistered and
+// leaves the index.
+func (srv *Server) endRedirect(rd *redirect) {
+	srv.redirects.mu.Lock()
+	subs := make(map[*subscription]bool, len(rd.subs))
+	for sub, draining := range rd.subs {
+		subs[sub] = draining
+	}
+	srv.redirects.mu.Unlock()
+	for sub, draining := range subs {
+		if !draining {
+			srv.opts.Cluster.Unsubscribed(rd.client, sub.filter)
+		}
+		srv.dropRedirected(rd, sub)
+	}
+}
+
+// endRedirectOf ends client's redirect, if it has one: its session is
+// back here.
+func (srv *Server) endRedirectOf(client string) {
+	srv.redirects.mu.Lock()
+	rd := srv.redirects.m[client]
+	srv.redirects.mu.Unlock()
+	if rd != nil {
+		srv.endRedirect(rd)
+	}
+}
+
+// deliverMoved takes a message another node redirected to client, whose
+// session moved here from there (or through here, further on): it goes to
+// the session's matching ordinary subscriptions only. done answers as a
+// forward's: not here when this node has no such session (not yet adopted:
+// the sender tries again while its redirect lasts).
+func (srv *Server) deliverMoved(client string, m *Message, done func(accepted bool, err error)) {
+	var r router
+	srv.mu.Lock()
+	sess := srv.sessions[client]
+	srv.mu.Unlock()
+	moved := ""
+	if sess != nil {
+		var t target
+		sess.mu.Lock()
+		for _, sub := range sess.subs {
+			if sub.group != nil || !topic.Match(sub.topicFilter, m.Topic) ||
+				(sub.noLocal && m.Origin == client) {
+				continue
+			}
+			t.qos = max(t.qos, min(m.QoS, sub.qos))
+			t.retain = t.retain || (m.Retain && sub.retainAsPublished)
+			t.ids.add(sub.id)
+			t.sess = sess
+		}
+		sess.mu.Unlock()
+		if t.sess == nil {
+			done(true, nil) // unsubscribed since: nothing is owed
+			return
+		}
+		res := sess.deliver(m, t.qos, t.retain, &t.ids, nil)
+		moved = res.movedTo
+		r.refused = res.refused
+		r.persisted = res.persisted
+		if res.conn != nil {
+			res.conn.signal()
+		}
+		if res.ok {
+			srv.stats.msgsRouted.Add(1)
+			srv.answerRouted(&r, done)
+			return
+		}
+	} else {
+		srv.redirects.mu.Lock()
+		if rd := srv.redirects.m[client]; rd != nil {
+			moved = rd.node
+		}
+		srv.redirects.mu.Unlock()
+	}
+	if moved != "" && m.QoS > 0 && srv.redirectTo(moved, client, m, &r) {
+		srv.answerRouted(&r, done)
+		return
+	}
+	if r.refused {
+		done(false, errForwardRefused)
+		return
+	}
+	srv.stats.clusterNotHere.Add(1)
+	done(false, nil)
+}
+
+// answerRouted answers a message another node handed over once what
+// routing it here started is done: what went on to other nodes answered
+// (r.remote), what was written committed.
+func (srv *Server) answerRouted(r *router, done func(accepted bool, err error)) {
+	if r.refused {
+		done(false, errForwardRefused)
+		return
+	}
+	persisted := r.persisted
+	after := func(refused bool) {
+		switch {
+		case refused:
+			done(false, errForwardRefused)
+		case !persisted:
+			done(true, nil)
+		default:
+			go func() {
+				err := srv.syncStore()
+				done(err == nil, err)
+			}()
+		}
+	}
+	if r.remote == nil {
+		after(false)
+		return
+	}
+	r.remote.whenDone(after)
+}
+
+// isStopping reports whether Shutdown has started: late timers of a
+// redirect then leave the cluster alone.
+func (srv *Server) isStopping() bool {
+	select {
+	case <-srv.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// moveSkew is how far the clocks of two gateways may disagree about when a
+// message was published and when a session moved (deliverLocked): the
+// line's clocks are kept by NTP.
+const moveSkew = time.Second

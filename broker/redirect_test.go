@@ -1,0 +1,92 @@
+package broker_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/broker/brokertest"
+	"github.com/linemq/linemq/broker/packet"
+)
+
+// handOff moves client's session from one broker to another as the
+// cluster's glue does (HandOver there, Adopt here).
+func handOff(t *testing.T, from, to *brokertest.Server, toName, client string) {
+	t.Helper()
+	st, ok := from.HandOver(client, toName)
+	if !ok {
+		t.Fatalf("no session %q to hand over", client)
+	}
+	if err := to.Adopt(st); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRedirectCarriesWhatArrivesMeanwhile: after node 1 handed a
+// persistent ordinary subscriber to node 2, a publish on node 1 still
+// reaches it, on node 2, with DUP; once node 1's redirect outlives its
+// bound (the new node never registered), node 1 stops matching for it.
+func TestRedirectCarriesWhatArrivesMeanwhile(t *testing.T) {
+	clk := brokertest.NewFakeClock()
+	_, s := startClusterOpts(t, 2, broker.Options{Clock: clk})
+	sub := windowSub(t, s[0].Addr, "hist", "r/#", 10, 300)
+	sub.Send((&packet.Disconnect{}).Append(nil, packet.V5))
+	sub.ExpectClosed()
+	handOff(t, s[0], s[1], "n2", "hist")
+
+	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
+	if rc := pubAck(t, pub, 1, "r/1", "meanwhile"); rc != packet.Success {
+		t.Fatalf("publish on the old node during the move: %v, want it carried to the new node", rc)
+	}
+	resumed, ack := brokertest.Connect(t, s[1].Addr, withExpiry(rawV5("hist", false), 300))
+	if !ack.SessionPresent {
+		t.Fatal("session not present on node 2")
+	}
+	var p packet.Publish
+	h := resumed.Expect(packet.PUBLISH, &p)
+	if string(p.Payload) != "meanwhile" || h.Flags&0x08 == 0 {
+		t.Fatalf("got %q (flags %#x), want \"meanwhile\" with DUP", p.Payload, h.Flags)
+	}
+	if n := s[0].Stats().ClusterRedirects; n != 1 {
+		t.Errorf("node 1 redirected %d messages, want 1", n)
+	}
+
+	clk.Advance(31 * time.Second)
+	brokertest.Eventually(t, 5*time.Second, "node 1 gives up the redirected subscription", func() bool {
+		return s[0].Stats().Subscriptions == 0
+	})
+	if rc := pubAck(t, pub, 2, "r/1", "after"); rc != packet.NoMatchingSubscribers {
+		t.Errorf("publish on node 1 after the redirect's bound: %v, want 0x10 (nothing matches there now)", rc)
+	}
+}
+
+// TestRedirectEndsWhenTheSessionComesBack: a session handed to node 2 and
+// back to node 1 is served by node 1 alone: node 1's redirect ends as the
+// session returns, so a publish there is delivered once, without DUP.
+func TestRedirectEndsWhenTheSessionComesBack(t *testing.T) {
+	_, s := startCluster(t, 2)
+	sub := windowSub(t, s[0].Addr, "hist", "r/#", 10, 300)
+	sub.Send((&packet.Disconnect{}).Append(nil, packet.V5))
+	sub.ExpectClosed()
+	handOff(t, s[0], s[1], "n2", "hist")
+	handOff(t, s[1], s[0], "n1", "hist")
+	if n := s[0].Stats().Subscriptions; n != 1 {
+		t.Fatalf("node 1 has %d subscriptions, want the returned session's one", n)
+	}
+
+	back, _ := brokertest.Connect(t, s[0].Addr, withExpiry(rawV5("hist", false), 300))
+	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
+	if rc := pubAck(t, pub, 1, "r/1", "home"); rc != packet.Success {
+		t.Fatal(rc)
+	}
+	var p packet.Publish
+	h := back.Expect(packet.PUBLISH, &p)
+	if string(p.Payload) != "home" || h.Flags&0x08 != 0 {
+		t.Fatalf("got %q (flags %#x), want \"home\" without DUP", p.Payload, h.Flags)
+	}
+	back.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+	back.ExpectNothing(300 * time.Millisecond)
+	if n := s[0].Stats().ClusterRedirects; n != 0 {
+		t.Errorf("node 1 redirected %d messages of a session it holds", n)
+	}
+}
