@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -418,27 +419,24 @@ func (f *faulter) run(ctx context.Context, ft *Fault, origin time.Time) error {
 		}
 	case Move:
 		// The subscriber named by the fault (its node index), of each
-		// kind: wherever it is now, it moves Step nodes on.
+		// kind, share-group member and ordinary subscriber alike:
+		// wherever it is now, it moves Step nodes on, while the
+		// publishers go on.
 		var moving []chan struct{}
-		var from, to int
+		var notes []string
 		for _, s := range f.subs {
-			if s.client != clientID(s.kind, ft.Node) || s.kind.Need != AnyMember {
-				// Ordinary subscribers stay: a message published in the
-				// milliseconds of an ordinary subscriber's move between
-				// gateways can still miss it (the old gateway has let the
-				// session go, the new one not yet adopted it), an open
-				// limitation of issue 27 that share groups do not have
-				// (their pick goes to another member).
+			if s.client != clientID(s.kind, ft.Node) {
 				continue
 			}
-			from = s.homeNode()
-			to = (from + ft.Step) % 3
+			from := s.homeNode()
+			to := (from + ft.Step) % 3
 			done := make(chan struct{})
 			s.moves <- moveCmd{to: to, abrupt: ft.Abrupt, expectPresent: true, done: done}
 			moving = append(moving, done)
+			ft.Victim = from
+			notes = append(notes, fmt.Sprintf("%s n%d -> n%d", s.client, from+1, to+1))
 		}
-		ft.Victim = from
-		ft.Note = fmt.Sprintf("m%d n%d -> n%d", ft.Node+1, from+1, to+1)
+		ft.Note = strings.Join(notes, ", ")
 		for _, done := range moving {
 			if !waitClosed(ctx, done, 30*time.Second) {
 				ft.Note += "; no CONNACK within 30s"

@@ -21,8 +21,9 @@ const (
 	// Leader is SIGKILL of the node hosting the etcd leader (found at
 	// run time with the etcd client's Status), restarted after the hold.
 	Leader FaultKind = "leader"
-	// Move has one persistent subscriber leave its node and take its
-	// session up on another one with clean start = false.
+	// Move has one persistent subscriber of each kind (a share-group
+	// member, an ordinary subscriber) leave its node and take its session
+	// up on another one with clean start = false.
 	Move FaultKind = "move"
 	// Partition takes one node's link to the others down for the hold;
 	// its clients still reach it. Needs network namespaces.
