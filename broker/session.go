@@ -32,15 +32,15 @@ type session struct {
 
 	subs map[string]*subscription // by filter as subscribed
 
-	seq      uint64              // last delivery sequence number
-	adopted  uint64              // seq of the last message of a state handed over (Adopt): later ones were delivered here
+	seq     uint64 // last delivery sequence number
+	adopted uint64 // seq of the last message of a state handed over (Adopt): later ones were delivered here
 	// adoptedAt is when the session was handed over to this node (zero if
 	// it never was): see deliverLocked.
 	adoptedAt time.Time
-	nextPID  uint16              // last packet id handed out
-	inflight map[uint16]delivery // outbound QoS 1/2 awaiting acknowledgement
-	queue    ring                // waiting for the send window or a connection
-	inQoS2   map[uint16]struct{} // inbound QoS 2 ids received, PUBREL not yet
+	nextPID   uint16              // last packet id handed out
+	inflight  map[uint16]delivery // outbound QoS 1/2 awaiting acknowledgement
+	queue     ring                // waiting for the send window or a connection
+	inQoS2    map[uint16]struct{} // inbound QoS 2 ids received, PUBREL not yet
 
 	pendingWill *will // a will waiting out its delay while the client is away
 	willTimer   Timer
