@@ -170,6 +170,7 @@ func (c *conn) handleConnect(body []byte) error {
 			c.srv.logConn("connection refused: session not restored", "client", id, "err", err)
 			return c.refuse(c.version, packet.ServerUnavailable)
 		}
+		c.srv.claimed(id)
 	}
 	present, rc := c.srv.attach(c, p.CleanStart, expiry, connack)
 	if rc != packet.Success {

@@ -169,8 +169,13 @@ func (srv *Server) HandOver(clientID, to string) (*SessionState, bool) {
 	srv.mu.Lock()
 	sess := srv.sessions[clientID]
 	if sess == nil {
+		// Handed over before, to a node whose claim failed: the client
+		// is resuming it again, there or on another node.
 		st, ok := srv.handed[clientID]
 		srv.mu.Unlock()
+		if ok {
+			srv.retarget(clientID, to)
+		}
 		return st, ok
 	}
 	delete(srv.sessions, clientID)
@@ -178,11 +183,12 @@ func (srv *Server) HandOver(clientID, to string) (*SessionState, bool) {
 
 	// The subscriptions stop routing here before the state is read, so
 	// what was matched before lands in it; what arrives later finds the
-	// session ended (a share group picks another member).
+	// session ended: its ordinary QoS 1 and 2 subscriptions redirect it
+	// (redirect.go), a share group picks another member.
 	subs := srv.letGo(sess, to)
 
 	sess.mu.Lock()
-	sess.ended, sess.movedTo = true, to
+	sess.ended, sess.moved = true, to != ""
 	st := sess.exportLocked(subs)
 	sess.queue.reset()
 	clear(sess.inflight)
@@ -218,7 +224,7 @@ func (s *session) exportLocked(subs map[string]*subscription) *SessionState {
 	slices.SortFunc(st.Session.Subscriptions, func(a, b SubscriptionRecord) int { return cmp.Compare(a.Filter, b.Filter) })
 	record := func(d *delivery, m *Message) *MessageRecord {
 		r := &MessageRecord{Seq: d.seq, Message: m, QoS: d.qos, Retain: d.retain, PacketID: d.pid,
-			Sent: d.sent, Released: d.released, SubIDs: d.subIDs.appendTo(nil)}
+			Sent: d.sent || d.maybeSent, Released: d.released, SubIDs: d.subIDs.appendTo(nil)}
 		if d.group != nil {
 			r.GroupName, r.GroupFilter = d.group.key.name, d.group.key.filter
 		}
@@ -306,7 +312,8 @@ func (srv *Server) Adopt(st *SessionState) error {
 		s.setInboundLocked(pid, true)
 	}
 	s.adopted = s.seq
-	s.adoptedAt = s.since
+	s.dupBefore = s.since.Add(moveSkew)
+	s.unclaimed = true
 	s.mu.Unlock()
 	srv.mu.Lock()
 	srv.sessions[s.id] = s

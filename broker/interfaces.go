@@ -149,6 +149,11 @@ type Snapshot struct {
 	Messages map[string][]*MessageRecord // by client id, in Seq order
 	Inbound  map[string][]uint16         // by client id
 	Retained []*Message
+	// Unclean reports that the process that last wrote the Store died
+	// without closing it: a queued message may have gone out to its client
+	// before the record of its sending was written, so each is sent with
+	// DUP.
+	Unclean bool
 }
 
 // SessionRecord is the stored form of a persistent session. Load fills

@@ -64,6 +64,7 @@ func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(
 	}
 	if old == nil || cleanStart {
 		sess = newSession(srv, clientID, c.version)
+		sess.dupBefore = srv.clock.Now()
 		ended = old
 	} else {
 		sess = old

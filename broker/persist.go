@@ -174,6 +174,11 @@ func (srv *Server) restore(ctx context.Context) error {
 			if mr.PacketID != 0 {
 				s.inflight[mr.PacketID] = d
 			} else {
+				// The process died (or the session was stored as
+				// connected, for a Store that cannot tell): what it had
+				// queued may have gone out just before, its "sent" (and
+				// the connection's record) not yet committed.
+				d.maybeSent = snap.Unclean || rec.Disconnected.IsZero()
 				s.queue.push(d)
 			}
 		}

@@ -12,9 +12,13 @@ type delivery struct {
 	retain   bool   // RETAIN flag to send
 	released bool   // QoS 2: PUBREC received and PUBREL sent
 	sent     bool   // sent at least once on some connection, so a resend sets DUP
-	stored   bool   // the Store has a record of it
-	subIDs   subIDs
-	group    *shareGroup // share group it was picked for, nil if ordinary
+	// maybeSent: queued when the node stopped without a clean shutdown
+	// while its client was connected; it may have been sent in the last
+	// moments, its record's update not yet committed: it goes with DUP.
+	maybeSent bool
+	stored    bool // the Store has a record of it
+	subIDs    subIDs
+	group     *shareGroup // share group it was picked for, nil if ordinary
 	// feed, when set, makes this entry a place holder for the retained
 	// messages a new subscription receives: they are sent from here one by
 	// one as the send window allows, ahead of anything queued after the

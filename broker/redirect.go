@@ -104,16 +104,20 @@ func (srv *Server) redirecting(client, node string) bool {
 	return rd != nil && rd.node == node
 }
 
-// redirectTo sends m for client to node, where its session moved: kept in
-// node's outbox (the publisher's acknowledgement waits for the node's
-// answer through r, or for the record's commit). It reports whether it
-// did.
-func (srv *Server) redirectTo(node, client string, m *Message, r *router) bool {
+// redirectTo sends m for client to the node its session moved to, if it
+// is redirected: kept in that node's outbox (the publisher's
+// acknowledgement waits for the node's answer through r, or for the
+// record's commit). It reports whether it did.
+func (srv *Server) redirectTo(client string, m *Message, r *router) bool {
 	srv.redirects.mu.Lock()
 	rd := srv.redirects.m[client]
-	claimed := rd != nil && rd.claimed
+	var node string
+	var claimed bool
+	if rd != nil {
+		node, claimed = rd.node, rd.claimed
+	}
 	srv.redirects.mu.Unlock()
-	if rd == nil || rd.node != node {
+	if rd == nil {
 		return false
 	}
 	if !m.fromPeer && claimed && srv.routesTo(node, m) {
@@ -126,6 +130,17 @@ func (srv *Server) redirectTo(node, client string, m *Message, r *router) bool {
 	srv.stats.clusterRedirects.Add(1)
 	r.persisted = srv.forwardDurable(node, client, c, r) || r.persisted
 	return true
+}
+
+// retarget points client's redirect, if it has one, at node to: the
+// client resumes the session there after its claim on the node it was
+// first handed to failed.
+func (srv *Server) retarget(client, to string) {
+	srv.redirects.mu.Lock()
+	defer srv.redirects.mu.Unlock()
+	if rd := srv.redirects.m[client]; rd != nil && rd.node != to {
+		rd.node, rd.claimed = to, false
+	}
 }
 
 // redirectClaimed records that client's new owner claimed it: the filters
@@ -264,59 +279,75 @@ func (srv *Server) endRedirectOf(client string) {
 // deliverMoved takes a message another node redirected to client, whose
 // session moved here from there (or through here, further on): it goes to
 // the session's matching ordinary subscriptions only. done answers as a
-// forward's: not here when this node has no such session (not yet adopted:
-// the sender tries again while its redirect lasts).
+// forward's: not here when this node has no such session yet, or has one
+// whose claim is still being written (the sender tries again while its
+// redirect lasts: were the claim to fail, what was taken meanwhile would
+// be lost with the session, Drop).
 func (srv *Server) deliverMoved(client string, m *Message, done func(accepted bool, err error)) {
-	var r router
 	srv.mu.Lock()
 	sess := srv.sessions[client]
 	srv.mu.Unlock()
-	moved := ""
-	if sess != nil {
-		var t target
-		sess.mu.Lock()
-		for _, sub := range sess.subs {
-			if sub.group != nil || !topic.Match(sub.topicFilter, m.Topic) ||
-				(sub.noLocal && m.Origin == client) {
-				continue
-			}
-			t.qos = max(t.qos, min(m.QoS, sub.qos))
-			t.retain = t.retain || (m.Retain && sub.retainAsPublished)
-			t.ids.add(sub.id)
-			t.sess = sess
-		}
-		sess.mu.Unlock()
-		if t.sess == nil {
-			done(true, nil) // unsubscribed since: nothing is owed
-			return
-		}
-		res := sess.deliver(m, t.qos, t.retain, &t.ids, nil)
-		moved = res.movedTo
-		r.refused = res.refused
-		r.persisted = res.persisted
-		if res.conn != nil {
-			res.conn.signal()
-		}
-		if res.ok {
-			srv.stats.msgsRouted.Add(1)
-			srv.answerRouted(&r, done)
-			return
-		}
-	} else {
-		srv.redirects.mu.Lock()
-		if rd := srv.redirects.m[client]; rd != nil {
-			moved = rd.node
-		}
-		srv.redirects.mu.Unlock()
+	if sess == nil {
+		srv.redirectOn(client, m, done) // handed on meanwhile, or not here yet
+		return
 	}
-	if moved != "" && m.QoS > 0 && srv.redirectTo(moved, client, m, &r) {
+	var t target
+	sess.mu.Lock()
+	unclaimed, ended := sess.unclaimed, sess.ended
+	for _, sub := range sess.subs {
+		if sub.group != nil || !topic.Match(sub.topicFilter, m.Topic) || (sub.noLocal && m.Origin == client) {
+			continue
+		}
+		t.sess = sess
+		t.qos = max(t.qos, min(m.QoS, sub.qos))
+		t.retain = t.retain || (m.Retain && sub.retainAsPublished)
+		t.ids.add(sub.id)
+	}
+	sess.mu.Unlock()
+	switch {
+	case unclaimed:
+		srv.notHere(done)
+		return
+	case ended:
+		srv.redirectOn(client, m, done)
+		return
+	case t.sess == nil:
+		done(true, nil) // unsubscribed since: nothing is owed
+		return
+	}
+	res := sess.deliver(m, t.qos, t.retain, &t.ids, nil)
+	if res.conn != nil {
+		res.conn.signal()
+	}
+	switch {
+	case res.ok:
+		srv.stats.msgsRouted.Add(1)
+		srv.answerRouted(&router{persisted: res.persisted}, done)
+	case res.refused:
+		done(false, errForwardRefused)
+	case res.moved:
+		srv.redirectOn(client, m, done)
+	case t.qos == 0:
+		done(true, nil) // a QoS 0 subscription of a client away: nothing is queued
+	default:
+		srv.notHere(done)
+	}
+}
+
+// redirectOn sends a redirected message on to the node client's session
+// went to from here, or answers not here.
+func (srv *Server) redirectOn(client string, m *Message, done func(accepted bool, err error)) {
+	var r router
+	if m.QoS > 0 && srv.redirectTo(client, m, &r) {
 		srv.answerRouted(&r, done)
 		return
 	}
-	if r.refused {
-		done(false, errForwardRefused)
-		return
-	}
+	srv.notHere(done)
+}
+
+// notHere answers a directed delivery for a client this node does not
+// have.
+func (srv *Server) notHere(done func(accepted bool, err error)) {
 	srv.stats.clusterNotHere.Add(1)
 	done(false, nil)
 }
@@ -362,6 +393,19 @@ func (srv *Server) isStopping() bool {
 }
 
 // moveSkew is how far the clocks of two gateways may disagree about when a
-// message was published and when a session moved (deliverLocked): the
+// message was published and when a session moved (session.dupBefore): the
 // line's clocks are kept by NTP.
 const moveSkew = time.Second
+
+// claimed records that client's claim is written: a session adopted for it
+// takes redirected messages from now on.
+func (srv *Server) claimed(client string) {
+	srv.mu.Lock()
+	sess := srv.sessions[client]
+	srv.mu.Unlock()
+	if sess != nil {
+		sess.mu.Lock()
+		sess.unclaimed = false
+		sess.mu.Unlock()
+	}
+}

@@ -42,6 +42,9 @@ func TestRedirectCarriesWhatArrivesMeanwhile(t *testing.T) {
 	if !ack.SessionPresent {
 		t.Fatal("session not present on node 2")
 	}
+	// Node 2 turned the message away until the session's claim was done
+	// (its CONNECT): node 1 sends it again after a wait.
+	clk.Advance(2 * time.Second)
 	var p packet.Publish
 	h := resumed.Expect(packet.PUBLISH, &p)
 	if string(p.Payload) != "meanwhile" || h.Flags&0x08 == 0 {
@@ -88,5 +91,29 @@ func TestRedirectEndsWhenTheSessionComesBack(t *testing.T) {
 	back.ExpectNothing(300 * time.Millisecond)
 	if n := s[0].Stats().ClusterRedirects; n != 0 {
 		t.Errorf("node 1 redirected %d messages of a session it holds", n)
+	}
+}
+
+// TestHeldUpForwardToANewSessionGoesWithDUP: a forwarded message published
+// before a session began on this node (a forward held up while its node
+// was away) may have reached the client's earlier session on another
+// node: it goes with DUP. One published afterwards goes without.
+func TestHeldUpForwardToANewSessionGoesWithDUP(t *testing.T) {
+	_, s := startCluster(t, 2)
+	sub := windowSub(t, s[1].Addr, "late", "t/#", 10, 300)
+	old := broker.NewMessage("t/1", []byte("old"), 1, false)
+	old.Created = time.Now().Add(-time.Minute)
+	s[1].ForwardFrom("n1", old)
+	s[1].ForwardFrom("n1", broker.NewMessage("t/1", []byte("new"), 1, false))
+	for _, want := range []struct {
+		payload string
+		dup     bool
+	}{{"old", true}, {"new", false}} {
+		var p packet.Publish
+		sub.Expect(packet.PUBLISH, &p)
+		if string(p.Payload) != want.payload || p.Dup != want.dup {
+			t.Errorf("got %q with DUP %v, want %q with DUP %v", p.Payload, p.Dup, want.payload, want.dup)
+		}
+		sub.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
 	}
 }

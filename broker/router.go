@@ -83,7 +83,7 @@ func (r *router) route(srv *Server, m *Message, from *conn) int {
 	for i := range r.targets {
 		t := &r.targets[i]
 		res := t.sess.deliver(m, t.qos, t.retain, &t.ids, nil)
-		if res.movedTo != "" && t.qos > 0 && srv.redirectTo(res.movedTo, t.sess.id, m, r) {
+		if res.moved && t.qos > 0 && srv.redirectTo(t.sess.id, m, r) {
 			n++ // carried to the node its session moved to (redirect.go)
 			continue
 		}

@@ -28,15 +28,19 @@ type session struct {
 	version packet.Version
 	expiry  uint32 // Session Expiry Interval in seconds
 	ended   bool   // removed from the server; deliveries are refused
-	movedTo string // the node an ended session was handed to (redirect.go)
+	moved   bool   // ended by a hand-over to another node (redirect.go)
+	// unclaimed: adopted from another node, its claim not yet written
+	// (Adopt, Server.claimed); redirected messages wait (deliverMoved).
+	unclaimed bool
 
 	subs map[string]*subscription // by filter as subscribed
 
 	seq     uint64 // last delivery sequence number
 	adopted uint64 // seq of the last message of a state handed over (Adopt): later ones were delivered here
-	// adoptedAt is when the session was handed over to this node (zero if
-	// it never was): see deliverLocked.
-	adoptedAt time.Time
+	// dupBefore: a message another node forwarded that was published
+	// before it may have reached the client before, through another node
+	// (see deliverLocked). Zero for a session restored from the Store.
+	dupBefore time.Time
 	nextPID   uint16              // last packet id handed out
 	inflight  map[uint16]delivery // outbound QoS 1/2 awaiting acknowledgement
 	queue     ring                // waiting for the send window or a connection
@@ -116,14 +120,17 @@ func (s *session) deliver(m *Message, qos byte, retain bool, ids *subIDs, g *sha
 // deliverLocked is deliver with s.mu held.
 func (s *session) deliverLocked(m *Message, qos byte, retain bool, ids *subIDs, g *shareGroup, now time.Time) deliverResult {
 	if s.ended {
-		return deliverResult{movedTo: s.movedTo}
+		return deliverResult{moved: s.moved}
 	}
-	if qos > 0 && m.fromPeer && g == nil && !s.adoptedAt.IsZero() && !m.redelivery && m.Created.Before(s.adoptedAt.Add(moveSkew)) {
-		// Published before the session moved here, and forwarded here
-		// by a node that may have forwarded it to the old node as well,
-		// for that node's subscribers or this one's: the old node may
-		// have delivered it (it is then in the state handed over, or
-		// acknowledged). The copy goes with DUP.
+	if qos > 0 && m.fromPeer && g == nil && !m.redelivery && m.Created.Before(s.dupBefore) {
+		// Published before the session came here, and forwarded by a
+		// node that may have sent it to the node the client was on
+		// before as well (for that node's subscribers or this one's):
+		// the session there, moved here since, may have had it (it is
+		// then in the state handed over, or acknowledged), or, when the
+		// client started afresh here, its earlier session may have. A
+		// forward held up (its node was away) arrives late enough for
+		// that. The copy goes with DUP.
 		c := m.Clone()
 		c.redelivery, c.fromPeer = true, true
 		m = c
@@ -256,7 +263,7 @@ type deliverResult struct {
 	refused   bool     // the session's queue is full and the message was refused
 	persisted bool     // the Store was written to
 	congested *session // a share-group member past its high-water mark: hold the publisher's ack
-	movedTo   string   // the session was handed to this node: redirect the message there
+	moved     bool     // the session was handed to another node: redirect the message (redirect.go)
 }
 
 // windowOpenLocked reports whether a QoS 1/2 message can be sent now: the
@@ -350,7 +357,7 @@ func (s *session) sendLocked(d *delivery, pid uint16, now time.Time) writeResult
 	d.msg.fill(p, now)
 	p.QoS = d.qos
 	p.Retain = d.retain
-	p.Dup = (d.sent || d.msg.redelivery) && d.qos > 0
+	p.Dup = (d.sent || d.maybeSent || d.msg.redelivery) && d.qos > 0
 	p.PacketID = pid
 	p.Props.SubscriptionIDs = d.subIDs.appendTo(p.Props.SubscriptionIDs[:0])
 	if c.version < packet.V5 {

@@ -586,3 +586,129 @@ func TestForwardsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestQueuedAtACrashGoesWithDUP: a message queued for a client that was
+// connected when the process died may have been sent just before, its
+// record's "sent" not yet committed: after the restart it goes with DUP.
+// One queued for a client that was away goes without.
+func TestQueuedAtACrashGoesWithDUP(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "linemq.db")
+	st, err := bolt.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		id    string
+		since time.Time // the record's Disconnected: zero while connected
+	}{{"connected", time.Time{}}, {"away", time.Now().Add(-time.Minute)}} {
+		if err := st.SaveSession(&broker.SessionRecord{ClientID: c.id, Version: packet.V5, ExpiryInterval: 300, Disconnected: c.since}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SaveSubscription(c.id, broker.SubscriptionRecord{Filter: "t/#", QoS: 1}); err != nil {
+			t.Fatal(err)
+		}
+		m := broker.NewMessage("t/1", []byte(c.id), 1, false)
+		if err := st.SaveMessage(c.id, &broker.MessageRecord{Seq: 1, MessageID: uint64(i + 1), Message: m, QoS: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n := brokertest.Start(t, broker.Options{}, func() (broker.Store, func() error) {
+		st, err := bolt.Open(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, st.Close
+	})
+	for _, c := range []struct {
+		id  string
+		dup bool
+	}{{"connected", true}, {"away", false}} {
+		cl, ack := brokertest.Connect(t, n.Addr, v5(c.id, false, 300))
+		if !ack.SessionPresent {
+			t.Fatalf("%s: session not restored", c.id)
+		}
+		var p packet.Publish
+		cl.Expect(packet.PUBLISH, &p)
+		if string(p.Payload) != c.id || p.Dup != c.dup {
+			t.Errorf("%s: got %q with DUP %v, want DUP %v", c.id, p.Payload, p.Dup, c.dup)
+		}
+	}
+}
+
+// TestUncleanStopMarked: a file Close left says so at the next Open; one
+// whose process died after writing (its image copied while it ran) does
+// not, and a restart on it sends every queued message with DUP, the
+// session's client away or not: the process may have sent them just
+// before, the records of their sending (or of the client's connection) not
+// yet committed.
+func TestUncleanStopMarked(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "linemq.db")
+	st, err := bolt.Open(path, &bolt.Options{Sync: bolt.SyncAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveSession(&broker.SessionRecord{ClientID: "away", Version: packet.V5, ExpiryInterval: 300, Disconnected: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveSubscription("away", broker.SubscriptionRecord{Filter: "t/#", QoS: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveMessage("away", &broker.MessageRecord{Seq: 1, MessageID: 1, Message: broker.NewMessage("t/1", []byte("queued"), 1, false), QoS: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The file as a SIGKILL now would leave it: committed, never closed.
+	image, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed, restarted := filepath.Join(dir, "crashed.db"), filepath.Join(dir, "restarted.db")
+	for _, p := range []string{crashed, restarted} {
+		if err := os.WriteFile(p, image, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		path    string
+		unclean bool
+	}{{path, false}, {crashed, true}} {
+		st, err := bolt.Open(c.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, err := st.Load(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap.Unclean != c.unclean {
+			t.Errorf("%s: Unclean %v, want %v", filepath.Base(c.path), snap.Unclean, c.unclean)
+		}
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	n := brokertest.Start(t, broker.Options{}, func() (broker.Store, func() error) {
+		st, err := bolt.Open(restarted, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, st.Close
+	})
+	cl, _ := brokertest.Connect(t, n.Addr, v5("away", false, 300))
+	var p packet.Publish
+	cl.Expect(packet.PUBLISH, &p)
+	if string(p.Payload) != "queued" || !p.Dup {
+		t.Errorf("after the crash: %q with DUP %v, want \"queued\" with DUP", p.Payload, p.Dup)
+	}
+}

@@ -163,11 +163,19 @@ func (s *Store) write(b *batch) (w written, pages uint64, err error) {
 		if !w.changed {
 			return nil
 		}
+		if s.cleanMark {
+			// From now on the file holds what this run wrote: should
+			// the process die, the next Open must know.
+			if err := tx.Bucket(bucketMeta.name).Delete(keyClosedCleanly); err != nil {
+				return err
+			}
+		}
 		before := s.pageAlloc()
 		committed = true // Commit rolls back by itself on failure
 		if err := tx.Commit(); err != nil {
 			return err
 		}
+		s.cleanMark = false
 		// Every page a commit allocates is written, and so is one meta page.
 		pages = uint64(s.pageAlloc()-before) + uint64(s.pageSize)
 		return nil

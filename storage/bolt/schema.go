@@ -67,6 +67,12 @@ var buckets = []*bucket{bucketMeta, bucketSessions, bucketSubscriptions, bucketM
 // keySchemaVersion in bucketMeta holds the schema version, 8 bytes big-endian.
 var keySchemaVersion = []byte("schema_version")
 
+// keyClosedCleanly in bucketMeta marks a file that Close left: the first
+// commit after an Open deletes it, Close writes it again. A file without it
+// was last written by a process that died (Snapshot.Unclean). Open itself
+// writes nothing, so that a start costs the flash nothing.
+var keyClosedCleanly = []byte("closed_cleanly")
+
 // inboundValue is the value of every inbound packet id key. It is not empty
 // because bbolt reports nested buckets as nil values when iterating, and a
 // non-empty value keeps "a key" and "a bucket" apart without a second lookup.

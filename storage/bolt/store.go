@@ -131,6 +131,11 @@ type Store struct {
 	log      *slog.Logger
 	pageSize int
 
+	// wasClean: the file had the clean-close mark at Open. cleanMark: it
+	// is still on disk; only the committer (then Close) touches it.
+	wasClean  bool
+	cleanMark bool
+
 	// mu guards everything below it. The committer holds it only to swap
 	// batches and publish results, never during I/O, so writers never wait
 	// on the disk.
@@ -200,10 +205,21 @@ func Open(path string, opts *Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	var clean bool
+	err = protect(func() error {
+		return db.View(func(tx *bbolt.Tx) error {
+			clean = tx.Bucket(bucketMeta.name).Get(keyClosedCleanly) != nil
+			return nil
+		})
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, &UnreadableError{Path: path, Err: err}
+	}
 	s := &Store{
 		db: db, path: path, mode: o.Sync, interval: o.BatchInterval, log: o.Logger,
-		pageSize: db.Info().PageSize,
-		pending:  newBatch(), next: newRound(),
+		pageSize: db.Info().PageSize, wasClean: clean, cleanMark: clean,
+		pending: newBatch(), next: newRound(),
 		dirty: make(chan struct{}, 1), kick: make(chan struct{}, 1),
 		closing: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -310,6 +326,15 @@ func (s *Store) Close() error {
 		if err != nil {
 			err = fmt.Errorf("storage: closing %s: changes not saved: %w", s.path, err)
 			s.log.Error("storage: changes lost at close", "path", s.path, "err", err)
+		} else if !s.cleanMark {
+			err = protect(func() error {
+				return s.db.Update(func(tx *bbolt.Tx) error {
+					return tx.Bucket(bucketMeta.name).Put(keyClosedCleanly, []byte{1})
+				})
+			})
+			if err != nil {
+				err = fmt.Errorf("storage: closing %s: marking it closed cleanly: %w", s.path, err)
+			}
 		}
 		if s.mode == SyncNone {
 			// Even in SyncNone a clean shutdown leaves nothing to chance.
@@ -524,6 +549,7 @@ func (s *Store) Load(ctx context.Context) (*broker.Snapshot, error) {
 	if err != nil {
 		return nil, &UnreadableError{Path: s.path, Err: err}
 	}
+	snap.Unclean = !s.wasClean
 	if len(found) > 0 {
 		s.log.Warn("storage: repairing inconsistent database", "path", s.path, "faults", len(found), "first", found[0])
 		if err := s.change(func(b *batch) int { return b.setRepair() }); err != nil {
