@@ -37,12 +37,25 @@ type subscriber struct {
 
 	mu   sync.Mutex
 	home int // the node it connects to first
+	at   int // the node of its latest connection, -1 before the first
 }
 
 func (s *subscriber) homeNode() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.home
+}
+
+// node returns the node of its latest connection (its home before the
+// first): a share-group member may have gone elsewhere when its home was
+// away.
+func (s *subscriber) node() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.at < 0 {
+		return s.home
+	}
+	return s.at
 }
 
 // run keeps the subscriber connected until ctx ends.
@@ -55,6 +68,9 @@ func (s *subscriber) run(ctx context.Context) {
 			return // ctx ended
 		}
 		avoid = -1
+		s.mu.Lock()
+		s.at = c.node
+		s.mu.Unlock()
 		if pending != nil {
 			s.rec.moved(MoveResult{Client: s.client, From: pending.from, To: pending.to, Node: c.node,
 				At: time.Now(), SessionPresent: present, ExpectPresent: pending.expectPresent})

@@ -3,8 +3,10 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +16,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/linemq/linemq/gateway/cluster/registry"
 )
 
 // readyRE matches the line linemq logs once it serves, with its MQTT
@@ -181,11 +185,7 @@ func (c *cluster) restart(ctx context.Context, i int) error {
 // leader returns the node whose etcd member leads, asking each member's
 // Status until one says it is the leader (an election may be under way).
 func (c *cluster) leader(ctx context.Context) (int, error) {
-	var eps []string
-	for i := range 3 {
-		eps = append(eps, c.topo.EtcdClientURL(i))
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	cli, eps, err := c.etcd()
 	if err != nil {
 		return -1, err
 	}
@@ -203,6 +203,47 @@ func (c *cluster) leader(ctx context.Context) (int, error) {
 		time.Sleep(100 * time.Millisecond) // polling an election, with a deadline
 	}
 	return -1, errors.New("no etcd leader within 20s")
+}
+
+// etcd returns a client of the line's etcd members, and their endpoints.
+func (c *cluster) etcd() (*clientv3.Client, []string, error) {
+	var eps []string
+	for i := range 3 {
+		eps = append(eps, c.topo.EtcdClientURL(i))
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	return cli, eps, err
+}
+
+// waitOwner waits, at most d, until etcd records node (0-based) as the
+// owner of client's session, and reports whether it did. A node that was
+// cut off past its lease has lost its records and writes them again once
+// it is back: until then a client moving from it finds no session to take
+// over.
+func (c *cluster) waitOwner(ctx context.Context, client string, node int, d time.Duration) bool {
+	cli, _, err := c.etcd()
+	if err != nil {
+		return false
+	}
+	defer cli.Close()
+	key := registry.DefaultPrefix("linemq") + "sessions/" + url.PathEscape(client)
+	want := fmt.Sprint("n", node+1)
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := cli.Get(gctx, key)
+		cancel()
+		if err == nil && len(resp.Kvs) == 1 {
+			var v struct {
+				Node string `json:"node"`
+			}
+			if json.Unmarshal(resp.Kvs[0].Value, &v) == nil && v.Node == want {
+				return true
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // polling the registry, with a deadline
+	}
+	return false
 }
 
 // stop ends every node: SIGCONT first (a frozen node cannot die of

@@ -168,7 +168,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	var subs []*subscriber
 	for _, k := range cfg.Kinds {
 		for i := range 3 {
-			s := &subscriber{kind: k, client: clientID(k, i), rec: rec, reg: reg, book: cl, moves: make(chan moveCmd, 1), home: i}
+			s := &subscriber{kind: k, client: clientID(k, i), rec: rec, reg: reg, book: cl, moves: make(chan moveCmd, 1), home: i, at: -1}
 			subs = append(subs, s)
 			subWG.Go(func() { s.run(subCtx) })
 		}
@@ -430,11 +430,19 @@ func (f *faulter) run(ctx context.Context, ft *Fault, origin time.Time) error {
 			}
 			from := s.homeNode()
 			to := (from + ft.Step) % 3
+			// A move between healthy nodes must find the session: the
+			// node it is on holds it in the registry. One cut off past
+			// its lease just before has still to write its records again.
+			healthy := f.cl.waitOwner(ctx, s.client, s.node(), 20*time.Second)
 			done := make(chan struct{})
-			s.moves <- moveCmd{to: to, abrupt: ft.Abrupt, expectPresent: true, done: done}
+			s.moves <- moveCmd{to: to, abrupt: ft.Abrupt, expectPresent: healthy, done: done}
 			moving = append(moving, done)
 			ft.Victim = from
-			notes = append(notes, fmt.Sprintf("%s n%d -> n%d", s.client, from+1, to+1))
+			note := fmt.Sprintf("%s n%d -> n%d", s.client, from+1, to+1)
+			if !healthy {
+				note += " (n" + fmt.Sprint(from+1) + " did not own its session within 20s)"
+			}
+			notes = append(notes, note)
 		}
 		ft.Note = strings.Join(notes, ", ")
 		for _, done := range moving {
