@@ -8,6 +8,7 @@
 //	linemq -version
 //	linemq db check|compact [-data-dir DIR] [FILE]
 //	linemq passwd [-c] [-stdin] [-D] FILE USER
+//	linemq import-mosquitto mosquitto.conf > linemq.yaml
 //
 // Without -config it runs on the built-in defaults. Flags given on the
 // command line override the configuration file; flags left out do not, so
@@ -87,6 +88,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) > 0 && args[0] == "passwd" {
 		return runPasswd(args[1:], os.Stdin, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "import-mosquitto" {
+		return runImportMosquitto(args[1:], stdout, stderr)
 	}
 	fs, configFile, showVersion := newFlagSet(stderr)
 	if err := fs.Parse(args); err != nil {
@@ -216,6 +220,9 @@ const usage = `Usage:
                                    (the others stop listing it as missing)
   linemq passwd [-c] FILE USER     add or change a user in a password file
                                    (Mosquitto's format; linemq passwd -h)
+  linemq import-mosquitto FILE     print the linemq.yaml equivalent to a
+                                   mosquitto.conf (what it cannot carry over
+                                   goes to standard error)
   linemq -version                  print the version
 
 Flags override the configuration file:
