@@ -210,7 +210,7 @@ func (srv *Server) SetRemoteMember(rm RemoteMember, present bool) {
 		return
 	}
 	g.mu.Lock()
-	m, ok := g.g.Get(rm.ClientID)
+	m, ok := g.members.Get(rm.ClientID)
 	g.mu.Unlock()
 	if ok && m.Value.remote != nil && m.Value.remote.Node == rm.Node {
 		srv.leaveGroup(m.Value)
@@ -539,7 +539,7 @@ func (g *shareGroup) repick(m *Message, w *remoteWait, tried []string) {
 			return
 		}
 		g.qos, g.exclude = m.QoS, tried
-		mem, ok := g.g.Repick(shareKey(m), g.accept)
+		mem, ok := g.members.Repick(shareKey(m), g.accept)
 		g.exclude = nil
 		g.mu.Unlock()
 		if !ok {

@@ -85,22 +85,22 @@ type conn struct {
 	nextAlias uint16
 
 	// The writer side, guarded by wmu.
-	wmu      sync.Mutex
-	out      []byte
-	counted  int32 // bytes of out (and of the write in progress) counted in the server's pending total
-	inWrite  int32 // bytes handed to the socket by the write in progress
-	spare    []byte
-	closing  bool          // no more writes; the writer closes nc after flushing
-	linger   bool          // a DISCONNECT or refusing CONNACK was queued: close gently so it arrives
-	refill   bool          // a delivery was held back by MaxPendingBytes
-	takeover bool          // the session was taken over by another connection
-	cleanTO  bool          // ... by one with Clean Start, which ends the old session
-	writing  bool          // a writer goroutine is running
-	wclosed  bool          // the writer closed the socket; wdone is closed
-	writeErr error         // why a write failed while the connection was open; the cause of its end
-	wdone    chan struct{} // closed once the socket is closed by the writer
-	acksOut  uint64        // the highest heldAck.seq written
-	echo     *echoBuf      // the client's own messages waiting for their acknowledgements; nil when none
+	wmu          sync.Mutex
+	out          []byte
+	counted      int32 // bytes of out (and of the write in progress) counted in the server's pending total
+	inWrite      int32 // bytes handed to the socket by the write in progress
+	spare        []byte
+	closing      bool          // no more writes; the writer closes nc after flushing
+	linger       bool          // a DISCONNECT or refusing CONNACK was queued: close gently so it arrives
+	refill       bool          // a delivery was held back by MaxPendingBytes
+	takeover     bool          // the session was taken over by another connection
+	takenByClean bool          // ... by one with Clean Start, which ends the old session
+	writing      bool          // a writer goroutine is running
+	wclosed      bool          // the writer closed the socket; wdone is closed
+	writeErr     error         // why a write failed while the connection was open; the cause of its end
+	wdone        chan struct{} // closed once the socket is closed by the writer
+	acksOut      uint64        // the highest heldAck.seq written
+	echo         *echoBuf      // the client's own messages waiting for their acknowledgements; nil when none
 
 	// readable is signalled when a 3.1.1 publisher paused for holding too
 	// many unacknowledged publishes gets one acknowledged. Made at CONNECT

@@ -81,8 +81,8 @@ func (srv *Server) ShareGroups() []GroupStats {
 
 func (g *shareGroup) snapshot(now time.Time) GroupStats {
 	g.mu.Lock()
-	members := g.g.Members()
-	strategy := g.g.Options().Strategy.String()
+	members := g.members.Members()
+	strategy := g.members.Options().Strategy.String()
 	g.mu.Unlock()
 	gs := GroupStats{
 		Name: g.key.name, Filter: g.key.filter, Strategy: strategy,

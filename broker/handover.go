@@ -392,7 +392,7 @@ func (srv *Server) letGo(sess *session, to string) map[string]*subscription {
 	sess.mu.Unlock()
 	if c != nil {
 		c.wmu.Lock()
-		c.takeover, c.cleanTO = true, false
+		c.takeover, c.takenByClean = true, false
 		c.wmu.Unlock()
 		c.kick(packet.SessionTakenOver)
 	}

@@ -75,7 +75,7 @@ func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(
 		// Marked before the new connection is visible, so that the old
 		// one's teardown knows it was taken over.
 		oldConn.wmu.Lock()
-		oldConn.takeover, oldConn.cleanTO = true, cleanStart
+		oldConn.takeover, oldConn.takenByClean = true, cleanStart
 		oldConn.wmu.Unlock()
 	}
 
@@ -125,7 +125,7 @@ func (srv *Server) detach(c *conn, reason packet.ReasonCode) {
 	sess := c.sess
 	now := srv.clock.Now()
 	c.wmu.Lock()
-	takenOver, cleanTO := c.takeover, c.cleanTO
+	takenOver, takenByClean := c.takeover, c.takenByClean
 	c.wmu.Unlock()
 	w := c.will // nil after a DISCONNECT that discards it
 
@@ -135,7 +135,7 @@ func (srv *Server) detach(c *conn, reason packet.ReasonCode) {
 		// will goes out only if it had no delay, or if the new connection
 		// started clean and so ended the session it belonged to.
 		sess.mu.Unlock()
-		if w != nil && takenOver && (w.delay == 0 || cleanTO) {
+		if w != nil && takenOver && (w.delay == 0 || takenByClean) {
 			srv.publishWill(w, now)
 		}
 		return

@@ -129,8 +129,8 @@ type shareGroup struct {
 	key    groupKey
 	policy GroupPolicy
 
-	mu      sync.Mutex // guards g and qos; taken before any member's session mu
-	g       *share.Group[*subscription]
+	mu      sync.Mutex // guards members and qos; taken before any member's session mu
+	members *share.Group[*subscription]
 	qos     byte // QoS of the message being picked for, read by accept
 	accept  func(share.Member[*subscription]) share.Verdict
 	exclude []string // members a repick must pass over (their delivery failed)
@@ -143,7 +143,7 @@ type shareGroup struct {
 
 func newShareGroup(srv *Server, key groupKey, opts *ShareOptions) *shareGroup {
 	pol, so := opts.policyFor(key.name)
-	g := &shareGroup{srv: srv, key: key, policy: pol, g: share.NewGroup[*subscription](key.name, key.filter, so)}
+	g := &shareGroup{srv: srv, key: key, policy: pol, members: share.NewGroup[*subscription](key.name, key.filter, so)}
 	mode := opts.Overload
 	if pol.Overload != "" {
 		mode = pol.Overload
@@ -195,7 +195,7 @@ func (g *shareGroup) place(m *Message, r *router) bool {
 	// from then on, so this ends within one try per member.
 	for try := 0; ; try++ {
 		g.mu.Lock()
-		if g.ended || try > g.g.Len() {
+		if g.ended || try > g.members.Len() {
 			ended := g.ended
 			g.mu.Unlock()
 			if !ended {
@@ -208,7 +208,7 @@ func (g *shareGroup) place(m *Message, r *router) bool {
 			return false
 		}
 		g.qos = m.QoS
-		mem, ok := g.g.Pick(shareKey(m), g.accept)
+		mem, ok := g.members.Pick(shareKey(m), g.accept)
 		g.mu.Unlock()
 		if !ok {
 			break
@@ -259,11 +259,11 @@ func (srv *Server) joinGroup(name, filter string, sub *subscription) packet.Reas
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if _, member := g.g.Get(id); !member && g.policy.MaxMembers > 0 && g.g.Len() >= g.policy.MaxMembers {
+	if _, member := g.members.Get(id); !member && g.policy.MaxMembers > 0 && g.members.Len() >= g.policy.MaxMembers {
 		srv.log.Warn("share group full", "client", id, "group", name, "max", g.policy.MaxMembers)
 		return packet.QuotaExceeded
 	}
-	g.g.Join(share.Member[*subscription]{ID: id, Local: sub.remote == nil, Value: sub})
+	g.members.Join(share.Member[*subscription]{ID: id, Local: sub.remote == nil, Value: sub})
 	sub.group = g
 	if srv.groups[key] == nil {
 		srv.groups[key] = g
@@ -278,10 +278,10 @@ func (srv *Server) leaveGroup(sub *subscription) {
 	srv.groupsMu.Lock()
 	defer srv.groupsMu.Unlock()
 	g.mu.Lock()
-	if m, ok := g.g.Get(sub.clientID()); ok && m.Value == sub {
-		g.g.Leave(sub.clientID())
+	if m, ok := g.members.Get(sub.clientID()); ok && m.Value == sub {
+		g.members.Leave(sub.clientID())
 	}
-	empty := g.g.Len() == 0
+	empty := g.members.Len() == 0
 	if empty {
 		g.ended = true
 	}

@@ -134,6 +134,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	store, err := bolt.Open(filepath.Join(cfg.DataDir, DBFile), &bolt.Options{
 		Sync:          bolt.SyncMode(cfg.Storage.Sync),
 		BatchInterval: time.Duration(cfg.Storage.BatchInterval),
+		MaxSize:       max(int64(cfg.Storage.MaxSize), 0), // Unlimited: no bound
 		Logger:        log.With("component", "storage"),
 	})
 	if err != nil {

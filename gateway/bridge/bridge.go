@@ -130,7 +130,6 @@ type Bridge struct {
 	mu        sync.Mutex
 	ix        *index
 	state     State
-	addr      string    // the remote connected to
 	since     time.Time // when state last changed
 	backlog   uint64    // Seqs up to this were queued before the link came up
 	tokens    float64

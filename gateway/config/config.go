@@ -443,6 +443,13 @@ type Storage struct {
 	// BatchInterval is the longest a write waits for its batch to be synced
 	// when Sync is batch. Default 10ms.
 	BatchInterval Duration `yaml:"batch_interval"`
+
+	// MaxSize bounds the database file (2MiB or more): past it a write
+	// fails as on a full disk, and what it was for is refused (a publisher
+	// gets 0x97), so that the broker cannot fill a data partition other
+	// things need. Default unlimited (the partition's size). See
+	// bolt.Options.MaxSize.
+	MaxSize Size `yaml:"max_size"`
 }
 
 // Defaults that have no counterpart in package broker or storage/bolt.
@@ -503,7 +510,7 @@ func Default() *Config {
 		SharedSubscriptions: SharedSubscriptions{Strategy: DefaultStrategy},
 		Health:              Health{ProbeInterval: Duration(DefaultProbeInterval), ProbeTimeout: Duration(DefaultProbeTimeout)},
 		Cluster:             Cluster{Name: DefaultClusterName},
-		Storage:             Storage{Sync: SyncMode(bolt.SyncBatch), BatchInterval: Duration(bolt.DefaultBatchInterval)},
+		Storage:             Storage{Sync: SyncMode(bolt.SyncBatch), BatchInterval: Duration(bolt.DefaultBatchInterval), MaxSize: Unlimited},
 	}
 }
 

@@ -290,6 +290,11 @@ func TestValidateErrors(t *testing.T) {
 			want: `linemq.yaml:2: storage.batch_interval: 100µs out of range (1ms or more)`,
 		},
 		{
+			name: "database bound below 2MiB",
+			yaml: lines("storage:", "  max_size: 1MiB"),
+			want: `linemq.yaml:2: storage.max_size: 1MiB out of range (2MiB or more, or unlimited)`,
+		},
+		{
 			name: "max sessions zero",
 			yaml: lines("mqtt:", "  max_sessions: 0"),
 			want: `linemq.yaml:2: mqtt.max_sessions: 0 is not allowed (1 or more, or unlimited); leave the key out for the default (10000), or write unlimited for no limit`,
@@ -798,6 +803,7 @@ func TestValues(t *testing.T) {
 		"storage:",
 		"  sync: always",
 		"  batch_interval: 50ms",
+		"  max_size: 256MiB",
 	)
 	c, err := Parse([]byte(data), file)
 	if err != nil {
@@ -807,7 +813,8 @@ func TestValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	if *c.MQTT.Listen != "" || c.Level() != slog.LevelWarn || c.LogFormat != LogJSON ||
-		bolt.SyncMode(c.Storage.Sync) != bolt.SyncAlways || c.Storage.BatchInterval != Duration(50*time.Millisecond) {
+		bolt.SyncMode(c.Storage.Sync) != bolt.SyncAlways || c.Storage.BatchInterval != Duration(50*time.Millisecond) ||
+		c.Storage.MaxSize != 256<<20 {
 		t.Errorf("config = %+v", c)
 	}
 	want := broker.Options{

@@ -155,6 +155,7 @@ func (c *Config) Validate() error {
 
 	v.check("storage.sync", c.Storage.Sync.check())
 	limit(&v, "storage.batch_interval", c.Storage.BatchInterval, d.Storage.BatchInterval, bounds[Duration]{minTimeout, 0, false})
+	limit(&v, "storage.max_size", c.Storage.MaxSize, d.Storage.MaxSize, bounds[Size]{2 << 20, 0, true})
 
 	if len(v.errs) == 0 {
 		bo := c.BrokerOptions()
