@@ -53,6 +53,11 @@ type Message struct {
 	// is sent with DUP, so a duplicate is always told apart.
 	redelivery bool
 
+	// owed marks a copy whose publisher was acknowledged long ago and that
+	// nothing else holds any more (an outbox's message routed again): a
+	// full queue takes it rather than refuse it (deliverLocked).
+	owed bool
+
 	// echoConn and echoGate hold a client's own message back until its
 	// publish is acknowledged (see conn.echo): echoConn is the serial of
 	// the connection that published it (0 for none), echoGate the number

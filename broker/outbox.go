@@ -458,6 +458,7 @@ func (srv *Server) reroute(from string, m *Message) {
 	c := m.Clone()
 	c.redelivery = true
 	c.fromPeer = true // here: ordinary subscribers only, as a forward
+	c.owed = true     // the outbox lets it go: a full queue here must take it
 	var r router
 	r.route(srv, c, nil)
 	r.flush()

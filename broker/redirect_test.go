@@ -1,6 +1,8 @@
 package broker_test
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -115,5 +117,43 @@ func TestHeldUpForwardToANewSessionGoesWithDUP(t *testing.T) {
 			t.Errorf("got %q with DUP %v, want %q with DUP %v", p.Payload, p.Dup, want.payload, want.dup)
 		}
 		sub.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+	}
+}
+
+// TestRerouteIntoAFullQueueTakesIt: messages an outbox kept for node 2,
+// which answers that nothing matches there any more, are routed again to
+// a subscriber here whose queue is full while its client is away: the
+// queue takes them past its limit rather than refuse them, since the
+// outbox lets them go and the publishers were acknowledged long ago
+// (fault-suite seed 13 lost 555 so).
+func TestRerouteIntoAFullQueueTakesIt(t *testing.T) {
+	net, s := startClusterOpts(t, 2, broker.Options{MaxQueuedMessages: 3})
+	s[0].SetRemoteRoute("n2", "plain/#", true)
+	net.down["n2"].Store(true)
+	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
+	for i := range 6 {
+		if rc := pubAck(t, pub, uint16(i+1), "plain/t", fmt.Sprint(i)); rc != packet.Success {
+			t.Fatalf("publish %d: %v", i, rc)
+		}
+	}
+	h := windowSub(t, s[0].Addr, "historian", "plain/#", 10, 3600)
+	h.Send((&packet.Disconnect{}).Append(nil, packet.V5))
+	h.ExpectClosed()
+	net.down["n2"].Store(false)
+	brokertest.Eventually(t, 5*time.Second, "node 2's answers routed the 6 again", func() bool {
+		q := s[0].ForwardQueues()
+		return len(q) == 1 && q[0].Rerouted == 6 && q[0].Queued == 0
+	})
+	back, _ := brokertest.Connect(t, s[0].Addr, withExpiry(rawV5("historian", false), 3600))
+	var got []string
+	for range 6 {
+		p := nextPayload(back, 5*time.Second)
+		if p == "" {
+			break
+		}
+		got = append(got, p)
+	}
+	if slices.Sort(got); fmt.Sprint(got) != "[0 1 2 3 4 5]" {
+		t.Errorf("the historian got %v, want 0 to 5", got)
 	}
 }

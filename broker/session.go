@@ -187,6 +187,11 @@ func (s *session) deliverLocked(m *Message, qos byte, retain bool, ids *subIDs, 
 	case s.queue.qos0 > 0:
 		// A QoS 0 message was never promised: it makes room first.
 		s.dropLocked(s.queue.oldestQoS0())
+	case m.owed:
+		// Acknowledged long ago and held nowhere else any more (an
+		// outbox routing again what its node turned away): refusing it
+		// would drop it. The queue takes it past its limit; the outbox's
+		// bound (cluster.forwards.max_bytes) bounds how far.
 	default:
 		// Backpressure: nothing acknowledged is ever dropped, so the new
 		// message is refused for this session instead.
