@@ -432,10 +432,13 @@ func TestFailingStoreRefusesEveryAck(t *testing.T) {
 	if codes(ua.Reasons) != codes([]packet.ReasonCode{packet.UnspecifiedError}) {
 		t.Errorf("UNSUBACK with the Store failing: %v, want [0x80]", ua.Reasons)
 	}
-	// PUBACK, PUBREC, retained, SUBACK, the holder's UNSUBACK; the
-	// UNSUBSCRIBE of a filter never subscribed wrote nothing to sync.
-	if n := srv.Stats().StoreErrors - errs0; n != 5 {
-		t.Errorf("StoreErrors grew by %d, want one per failed sync (5)", n)
+	// PUBACK, PUBREC, retained, SUBACK, the holder's UNSUBACK: each
+	// waited for a sync that failed, and each failure is counted. (CI
+	// once counted 6 under load: a sync the broker made for something
+	// else failed too and was counted as it should be, so the figure is a
+	// floor.)
+	if n := srv.Stats().StoreErrors - errs0; n < 5 {
+		t.Errorf("StoreErrors grew by %d, want at least one per refused acknowledgement (5)", n)
 	}
 
 	// A 3.1.1 client has no negative acknowledgement: it is disconnected.
