@@ -433,10 +433,10 @@ func TestFailingStoreRefusesEveryAck(t *testing.T) {
 		t.Errorf("UNSUBACK with the Store failing: %v, want [0x80]", ua.Reasons)
 	}
 	// PUBACK, PUBREC, retained, SUBACK, the holder's UNSUBACK: each
-	// waited for a sync that failed, and each failure is counted. (CI
-	// once counted 6 under load: a sync the broker made for something
-	// else failed too and was counted as it should be, so the figure is a
-	// floor.)
+	// waited for a sync that failed, and each failure is counted. A
+	// clean-clone run under load once counted 6 (the extra sync not
+	// pinned down; 30 runs alone counted 5 each), so the figure checked
+	// is a floor.
 	if n := srv.Stats().StoreErrors - errs0; n < 5 {
 		t.Errorf("StoreErrors grew by %d, want at least one per refused acknowledgement (5)", n)
 	}
