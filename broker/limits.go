@@ -108,10 +108,10 @@ func (srv *Server) LimitStats() LimitStats {
 func acceptHeadroom(maxConns int) int { return max(16, maxConns/8) }
 
 // overAcceptLimitLocked reports whether a new connection must be closed
-// unread: MaxConnections and its headroom are all open. s.mu is held.
-func (s *Server) overAcceptLimitLocked() bool {
-	m := s.opts.MaxConnections
-	return m > 0 && len(s.live) >= m+acceptHeadroom(m)
+// unread: MaxConnections and its headroom are all open. srv.mu is held.
+func (srv *Server) overAcceptLimitLocked() bool {
+	m := srv.opts.MaxConnections
+	return m > 0 && len(srv.live) >= m+acceptHeadroom(m)
 }
 
 // admitLocked decides whether a CONNECT may go on to take or make its

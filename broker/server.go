@@ -110,39 +110,39 @@ func New(opts Options) (*Server, error) {
 
 // Serve accepts connections on l until l fails or the server shuts down. It
 // always returns a non-nil error; after Shutdown or Close, ErrServerClosed.
-func (s *Server) Serve(l net.Listener) error {
-	s.mu.Lock()
-	if s.closed.Load() {
-		s.mu.Unlock()
+func (srv *Server) Serve(l net.Listener) error {
+	srv.mu.Lock()
+	if srv.closed.Load() {
+		srv.mu.Unlock()
 		return ErrServerClosed
 	}
-	s.listeners[l] = struct{}{}
-	s.mu.Unlock()
+	srv.listeners[l] = struct{}{}
+	srv.mu.Unlock()
 	defer func() {
-		s.mu.Lock()
-		delete(s.listeners, l)
-		s.mu.Unlock()
+		srv.mu.Lock()
+		delete(srv.listeners, l)
+		srv.mu.Unlock()
 	}()
 	var backoff time.Duration
 	for {
 		nc, err := l.Accept()
 		if err != nil {
-			if s.closed.Load() {
+			if srv.closed.Load() {
 				return ErrServerClosed
 			}
 			if TemporaryAcceptError(err) {
 				// Out of file descriptors and the like: wait and retry
 				// rather than spin or give up on the listener.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.log.Warn("accept failed; retrying", "err", err, "in", backoff)
+				srv.log.Warn("accept failed; retrying", "err", err, "in", backoff)
 				time.Sleep(backoff)
 				continue
 			}
 			return err
 		}
 		backoff = 0
-		c := newConn(s, nc)
-		if err := s.track(c); err != nil {
+		c := newConn(srv, nc)
+		if err := srv.track(c); err != nil {
 			nc.Close()
 			if err == ErrServerClosed {
 				return err
@@ -175,9 +175,9 @@ func TemporaryAcceptError(err error) bool {
 // ServeConn runs one already-accepted connection (a TLS or WebSocket
 // connection from another listener, or a net.Pipe in tests) and returns
 // when it ends.
-func (s *Server) ServeConn(nc net.Conn) {
-	c := newConn(s, nc)
-	if s.track(c) != nil {
+func (srv *Server) ServeConn(nc net.Conn) {
+	c := newConn(srv, nc)
+	if srv.track(c) != nil {
 		nc.Close()
 		return
 	}
@@ -192,55 +192,55 @@ var errAcceptLimit = errors.New("broker: too many connections open")
 // (ErrServerClosed) or has too many connections open already
 // (errAcceptLimit). Shutdown reaches every connection through this set,
 // including those that have not sent CONNECT yet.
-func (s *Server) track(c *conn) error {
-	s.mu.Lock()
-	if s.closed.Load() {
-		s.mu.Unlock()
+func (srv *Server) track(c *conn) error {
+	srv.mu.Lock()
+	if srv.closed.Load() {
+		srv.mu.Unlock()
 		return ErrServerClosed
 	}
-	if s.overAcceptLimitLocked() {
-		open := len(s.live)
-		s.mu.Unlock()
-		s.refused(limitAccept, "addr", addrString(c.nc.RemoteAddr()), "open", open)
+	if srv.overAcceptLimitLocked() {
+		open := len(srv.live)
+		srv.mu.Unlock()
+		srv.refused(limitAccept, "addr", addrString(c.nc.RemoteAddr()), "open", open)
 		return errAcceptLimit
 	}
-	s.conns.Add(1)
-	s.live[c] = struct{}{}
-	s.mu.Unlock()
+	srv.conns.Add(1)
+	srv.live[c] = struct{}{}
+	srv.mu.Unlock()
 	return nil
 }
 
-func (s *Server) untrack(c *conn) {
-	s.mu.Lock()
-	delete(s.live, c)
-	s.mu.Unlock()
-	s.conns.Done()
+func (srv *Server) untrack(c *conn) {
+	srv.mu.Lock()
+	delete(srv.live, c)
+	srv.mu.Unlock()
+	srv.conns.Done()
 }
 
 // Shutdown stops accepting connections, tells every v5 client the server is
 // shutting down (DISCONNECT 0x8B), closes every connection, publishes the
 // wills that this triggers, and waits for the connection goroutines to end
 // or for ctx to be done.
-func (s *Server) Shutdown(ctx context.Context) error {
-	if !s.closed.CompareAndSwap(false, true) {
+func (srv *Server) Shutdown(ctx context.Context) error {
+	if !srv.closed.CompareAndSwap(false, true) {
 		return ErrServerClosed
 	}
-	close(s.stopping)
-	s.mu.Lock()
-	for l := range s.listeners {
+	close(srv.stopping)
+	srv.mu.Lock()
+	for l := range srv.listeners {
 		l.Close()
 	}
-	conns := make([]*conn, 0, len(s.live))
-	for c := range s.live {
+	conns := make([]*conn, 0, len(srv.live))
+	for c := range srv.live {
 		conns = append(conns, c)
 	}
-	s.mu.Unlock()
+	srv.mu.Unlock()
 	for _, c := range conns {
 		c.kick(packet.ServerShuttingDown)
 	}
 	done := make(chan struct{})
 	go func() {
-		s.conns.Wait()
+		srv.conns.Wait()
 		close(done)
 	}()
 	var err error
@@ -252,19 +252,19 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			c.closeSocket()
 		}
 	}
-	s.parker.close()
-	if s.syncer != nil {
-		s.syncer.close()
+	srv.parker.close()
+	if srv.syncer != nil {
+		srv.syncer.close()
 	}
-	s.flushDelayedWills()
+	srv.flushDelayedWills()
 	return err
 }
 
 // Close shuts the server down without waiting for clients.
-func (s *Server) Close() error {
+func (srv *Server) Close() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := s.Shutdown(ctx)
+	err := srv.Shutdown(ctx)
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
@@ -273,21 +273,21 @@ func (s *Server) Close() error {
 
 // Publish routes a message from the broker itself (not from a client), as a
 // bridge or an internal status topic would.
-func (s *Server) Publish(m *Message) {
+func (srv *Server) Publish(m *Message) {
 	if m.Retain {
-		s.retain(m)
+		srv.retain(m)
 	}
 	var r router
-	r.route(s, m, nil)
+	r.route(srv, m, nil)
 	r.flush()
 }
 
 // Addr returns the address of one listener being served, or nil; handy in
 // tests that listen on :0.
-func (s *Server) Addr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for l := range s.listeners {
+func (srv *Server) Addr() net.Addr {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	for l := range srv.listeners {
 		return l.Addr()
 	}
 	return nil
