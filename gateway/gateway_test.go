@@ -354,3 +354,32 @@ func TestDegradedGroupIsDegradedHealth(t *testing.T) {
 	dial()
 	brokertest.Eventually(t, 5*time.Second, "share_groups ok again", func() bool { s, _ := state(); return s == "ok" })
 }
+
+// TestStorageMaxSize: storage.max_size reaches the database: once the file
+// would grow past it, a retained publish is refused (0x97) instead of
+// filling the partition.
+func TestStorageMaxSize(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Storage.MaxSize = 2 << 20
+	g, err := gateway.Start(t.Context(), gateway.Options{Config: cfg, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	pub := connect(t, g.MQTTAddr(), "pub")
+	payload := make([]byte, 60<<10)
+	// 200 retained messages of 60 KiB are 12 MB: far past the bound.
+	for i := range 200 {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		resp, err := pub.Publish(ctx, &paho.Publish{Topic: fmt.Sprint("big/", i), QoS: 1, Retain: true, Payload: payload})
+		cancel()
+		if resp != nil && resp.ReasonCode == 0x97 {
+			t.Logf("refused at message %d (%d KiB written)", i+1, (i+1)*60)
+			return
+		}
+		if err != nil {
+			t.Fatalf("publish %d: %v", i+1, err)
+		}
+	}
+	t.Fatal("200 retained messages of 60 KiB accepted with storage.max_size 2MiB")
+}
