@@ -408,10 +408,7 @@ func (srv *Server) maybeDelivered(m *Message, maybe bool) *Message {
 		return m
 	}
 	srv.stats.maybeDelivered.Add(1)
-	c := m.Clone()
-	c.redelivery = true
-	c.fromPeer = m.fromPeer
-	return c
+	return m.dupCopy()
 }
 
 // remoteWait is what a publisher's acknowledgement waits for on other

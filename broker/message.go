@@ -105,6 +105,15 @@ func (m *Message) Clone() *Message {
 	return c
 }
 
+// dupCopy returns a copy of m sent with DUP everywhere (an earlier copy may
+// have reached its subscriber), leaving m, which other sessions may be
+// sending, untouched.
+func (m *Message) dupCopy() *Message {
+	c := m.Clone()
+	c.redelivery, c.fromPeer = true, m.fromPeer
+	return c
+}
+
 // storeID returns the message's Store id, taking the next one from next
 // the first time.
 func (m *Message) storeID(next *atomic.Uint64) uint64 {

@@ -336,9 +336,8 @@ func (o *outbox) send(cl Cluster, e *outboxEntry) {
 	if e.sent {
 		o.resent++
 		if !m.redelivery {
-			c := m.Clone()
-			c.redelivery = true
-			e.msg, m = c, c
+			m = m.dupCopy()
+			e.msg = m
 		}
 	}
 	e.sent = true
@@ -455,8 +454,7 @@ func (o *outbox) release(waits []*remoteWait, written bool) {
 // again, marked. (A session that moved here while the message was on its
 // way to its old node is one of them.)
 func (srv *Server) reroute(from string, m *Message) {
-	c := m.Clone()
-	c.redelivery = true
+	c := m.dupCopy()
 	c.fromPeer = true // here: ordinary subscribers only, as a forward
 	c.owed = true     // the outbox lets it go: a full queue here must take it
 	var r router

@@ -125,10 +125,9 @@ func (srv *Server) redirectTo(client string, m *Message, r *router) bool {
 		// forward to the node's own route reaches it (forwardRemote).
 		return true
 	}
-	c := m.Clone()
-	c.redelivery = true // the node may have it through its own route
 	srv.stats.clusterRedirects.Add(1)
-	r.persisted = srv.forwardDurable(node, client, c, r) || r.persisted
+	// With DUP: the node may have it through its own route.
+	r.persisted = srv.forwardDurable(node, client, m.dupCopy(), r) || r.persisted
 	return true
 }
 
@@ -299,9 +298,7 @@ func (srv *Server) deliverMoved(client string, m *Message, done func(accepted bo
 			continue
 		}
 		t.sess = sess
-		t.qos = max(t.qos, min(m.QoS, sub.qos))
-		t.retain = t.retain || (m.Retain && sub.retainAsPublished)
-		t.ids.add(sub.id)
+		t.add(sub, m)
 	}
 	sess.mu.Unlock()
 	switch {

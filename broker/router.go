@@ -26,6 +26,15 @@ type target struct {
 	ids    subIDs
 }
 
+// add folds sub's grant for m into t: the highest QoS, RETAIN if any
+// subscription keeps it [MQTT-3.3.1-12] [MQTT-3.3.1-13], and every
+// subscription identifier.
+func (t *target) add(sub *subscription, m *Message) {
+	t.qos = max(t.qos, min(m.QoS, sub.qos))
+	t.retain = t.retain || (m.Retain && sub.retainAsPublished)
+	t.ids.add(sub.id)
+}
+
 // linearDedupLimit is the number of matching subscriptions below which
 // overlapping subscriptions are found by a linear scan instead of a map.
 const linearDedupLimit = 16
@@ -51,8 +60,6 @@ func (r *router) route(srv *Server, m *Message, from *conn) int {
 		if sub.noLocal && m.Origin != "" && sub.sess.id == m.Origin {
 			continue // [MQTT-3.8.3-3]
 		}
-		qos := min(m.QoS, sub.qos)
-		retain := m.Retain && sub.retainAsPublished // [MQTT-3.3.1-12] [MQTT-3.3.1-13]
 		i := -1
 		if useMap {
 			if j, ok := r.index[sub.sess]; ok {
@@ -67,17 +74,13 @@ func (r *router) route(srv *Server, m *Message, from *conn) int {
 			}
 		}
 		if i < 0 {
-			r.targets = append(r.targets, target{sess: sub.sess, qos: qos, retain: retain})
+			r.targets = append(r.targets, target{sess: sub.sess})
 			i = len(r.targets) - 1
 			if useMap {
 				r.index[sub.sess] = i
 			}
-		} else {
-			t := &r.targets[i]
-			t.qos = max(t.qos, qos)
-			t.retain = t.retain || retain
 		}
-		r.targets[i].ids.add(sub.id)
+		r.targets[i].add(sub, m)
 	}
 	n := 0
 	for i := range r.targets {

@@ -131,9 +131,7 @@ func (s *session) deliverLocked(m *Message, qos byte, retain bool, ids *subIDs, 
 		// client started afresh here, its earlier session may have. A
 		// forward held up (its node was away) arrives late enough for
 		// that. The copy goes with DUP.
-		c := m.Clone()
-		c.redelivery, c.fromPeer = true, true
-		m = c
+		m = m.dupCopy()
 	}
 	if qos == 0 {
 		if s.conn == nil {

@@ -111,17 +111,17 @@ type listener struct {
 }
 
 type bridge struct {
-	name                   string
-	addresses              []string
-	clientID               string
-	username, password     string
-	caFile, certFile, key  string
-	protocol               int
-	keepAlive              string
-	out, in                []rule
-	from                   Note
-	tlsWanted, insecureSet bool
-	both                   bool // a topic goes both ways
+	name                  string
+	addresses             []string
+	clientID              string
+	username, password    string
+	caFile, certFile, key string
+	protocol              int
+	keepAlive             string
+	out, in               []rule
+	from                  Note
+	tlsWanted             bool // a bridge_* TLS file was given
+	both                  bool // a topic goes both ways
 }
 
 type rule struct {
