@@ -13,6 +13,7 @@ const (
 	dirRoutes   = "routes/"   // routes/<node>/<filter>
 	dirMembers  = "members/"  // members/<node>/<group>/<filter>/<client>
 	dirSessions = "sessions/" // sessions/<client>
+	dirWills    = "wills/"    // wills/<client>: bound to no lease, it outlives its node
 )
 
 // keyKind says which of the four families a key belongs to.
@@ -49,6 +50,18 @@ func (k keyspace) member(node, group, filter, client string) string {
 }
 
 func (k keyspace) session(client string) string { return k.prefix + dirSessions + esc(client) }
+
+func (k keyspace) will(client string) string { return k.prefix + dirWills + esc(client) }
+
+// willClient returns the client of a key under dirWills.
+func (k keyspace) willClient(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, k.prefix+dirWills)
+	if !ok {
+		return "", false
+	}
+	c, err := url.PathUnescape(rest)
+	return c, err == nil
+}
 
 // routesOf and membersOf are the ranges (as prefixes) one node writes.
 func (k keyspace) routesOf(node string) string  { return k.prefix + dirRoutes + esc(node) + "/" }

@@ -550,10 +550,18 @@ func (g *registrar) sessionItem(o *op, lease clientv3.LeaseID) (item, bool) {
 		ownerRef: ownerRef{Node: r.opts.Node, Epoch: r.opts.Epoch, Seq: cs.seq},
 		Prev:     refOf(expect),
 	})
+	then := []clientv3.Op{clientv3.OpPut(k, value, clientv3.WithLease(lease))}
+	if cs.setWill {
+		if cs.will != "" {
+			then = append(then, clientv3.OpPut(r.keys.will(o.client), cs.will))
+		} else {
+			then = append(then, clientv3.OpDelete(r.keys.will(o.client)))
+		}
+	}
 	return item{
 		op: clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", expect.Revision)},
-			[]clientv3.Op{clientv3.OpPut(k, value, clientv3.WithLease(lease))},
+			then,
 			[]clientv3.Op{clientv3.OpGet(k)},
 		),
 		result: func(tr *pb.TxnResponse, rev int64) {

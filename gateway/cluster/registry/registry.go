@@ -250,6 +250,9 @@ func (r *Registry) Close() error {
 // Node returns this node's name.
 func (r *Registry) Node() string { return r.opts.Node }
 
+// Epoch returns this run's epoch (Options.Epoch).
+func (r *Registry) Epoch() uint64 { return r.opts.Epoch }
+
 // Lease returns the lease this node's keys are bound to, 0 while it has
 // none.
 func (r *Registry) Lease() clientv3.LeaseID { return clientv3.LeaseID(r.lease.Load()) }

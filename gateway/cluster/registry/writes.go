@@ -86,6 +86,13 @@ type claimState struct {
 	expect   Owner           // the record the next attempt expects to replace
 	attempts int             // attempts that found the record changed
 	result   Claim
+
+	// setWill: the claim is a new connection's, and writes its will
+	// record (will, or none: the record is deleted) in the same
+	// transaction, so that no moment exists when this node owns the
+	// client and the line holds another connection's will for it.
+	setWill bool
+	will    string
 }
 
 // AddRoute records that this node has an ordinary subscriber of filter.
@@ -128,7 +135,20 @@ func (r *Registry) RemoveMember(group, filter, client string) *Write {
 // If ctx ends first, ClaimSession returns its error and undoes the claim
 // if it was made after all (a release is queued behind it).
 func (r *Registry) ClaimSession(ctx context.Context, client string) (Claim, error) {
-	cs := &claimState{ctx: ctx}
+	return r.claim(ctx, client, &claimState{ctx: ctx})
+}
+
+// ClaimConnection is ClaimSession for a client connecting here: in the same
+// transaction it records the connection's will (a value of the caller's
+// making), or deletes the record of an earlier connection's
+// will when will is empty. The record is bound to no lease: it outlives
+// this node, so that the line can publish the will if this node dies with
+// the connection open (Wills, TakeWill).
+func (r *Registry) ClaimConnection(ctx context.Context, client, will string) (Claim, error) {
+	return r.claim(ctx, client, &claimState{ctx: ctx, setWill: true, will: will})
+}
+
+func (r *Registry) claim(ctx context.Context, client string, cs *claimState) (Claim, error) {
 	w := r.enqueue(&op{kind: opClaim, client: client, claim: cs})
 	if err := w.Wait(ctx); err != nil {
 		if ctx.Err() != nil {
