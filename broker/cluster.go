@@ -60,9 +60,27 @@ type Cluster interface {
 	// node may still be serving, or start empty a session that lives
 	// elsewhere. It runs on the connection's reader (nothing else may
 	// happen on a connection before its CONNACK), bounded by ctx.
-	Claim(ctx context.Context, clientID string, cleanStart bool) error
+	//
+	// will is the connection's will (nil if it has none). The cluster
+	// keeps it for the line, so that if this node dies with the
+	// connection open another node publishes it; it returns a reference
+	// to what it keeps, for TakeWill and DropWill.
+	Claim(ctx context.Context, clientID string, cleanStart bool, will *Will) (willRef string, err error)
 	// Release gives up the ownership of a session that ended.
 	Release(clientID string)
+
+	// TakeWill is asked before this node publishes a will, and reports
+	// whether it is still this node's to publish: the line may have
+	// published it already, having taken this node for dead (cut off
+	// for longer than its lease). ref is Claim's; it is empty for a will
+	// restored from the store, which belonged to an earlier run of this
+	// node: the line publishes those from what the cluster kept (whoever
+	// sees that run gone first), never the restored copy. It may wait
+	// for etcd, boundedly; it is never called with a lock held.
+	TakeWill(clientID, ref string) bool
+	// DropWill says that a connection's will was discarded (a DISCONNECT
+	// that did not ask for it): the line must not publish it either.
+	DropWill(clientID, ref string)
 
 	// Retain sends a retained message published here (or the clear of
 	// one: an empty payload) to every other node except those in skip,
@@ -100,6 +118,10 @@ type ClusterInbound interface {
 	// Clients lists the sessions here, for settling the restored ones
 	// with the registry.
 	Clients() []ClientStats
+	// PublishWill publishes the will of a client whose node died with
+	// its connection open, once the cluster has made sure that no other
+	// node does.
+	PublishWill(m *Message)
 }
 
 var _ ClusterInbound = (*Server)(nil)

@@ -82,8 +82,12 @@ func (c *memCluster) Deliver(to broker.RemoteMember, m *broker.Message, done fun
 
 func (c *memCluster) Available(node string) bool { return !c.down[node].Load() }
 
-func (c *memCluster) Claim(context.Context, string, bool) error { return nil }
-func (c *memCluster) Release(string)                            {}
+func (c *memCluster) Claim(context.Context, string, bool, *broker.Will) (string, error) {
+	return "", nil
+}
+func (c *memCluster) Release(string)              {}
+func (c *memCluster) TakeWill(string, string) bool { return true }
+func (c *memCluster) DropWill(string, string)      {}
 
 func (c *memCluster) Retain(m *broker.Message, skip []string) {
 	c.mu.Lock()

@@ -86,6 +86,7 @@ func (c *conn) handleConnect(body []byte) error {
 			delay:     p.WillProps.WillDelay,
 			expiry:    p.WillProps.MessageExpiry,
 			hasExpiry: p.WillProps.Has(packet.PropMessageExpiry),
+			client:    id,
 		}
 	}
 
@@ -160,8 +161,15 @@ func (c *conn) handleConnect(body []byte) error {
 	}
 	if cl := opts.Cluster; cl != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), ClusterClaimTimeout)
-		err := cl.Claim(ctx, id, p.CleanStart)
+		var cw *Will
+		if c.will != nil {
+			cw = c.will.clusterWill(expiry)
+		}
+		ref, err := cl.Claim(ctx, id, p.CleanStart, cw)
 		cancel()
+		if c.will != nil {
+			c.will.ref = ref
+		}
 		if err != nil {
 			c.srv.logConn("connection refused: session not claimed in the cluster", "client", id, "err", err)
 			return c.refuse(c.version, packet.ServerUnavailable)

@@ -510,8 +510,12 @@ func (c *conn) handleDisconnect(body []byte) error {
 	if d.Reason != packet.DisconnectWithWill {
 		// Under the session's lock: the session's record reads the will.
 		c.sess.mu.Lock()
+		w := c.will
 		c.will = nil
 		c.sess.mu.Unlock()
+		if cl := c.srv.opts.Cluster; cl != nil && w != nil {
+			cl.DropWill(w.client, w.ref)
+		}
 	}
 	return errClientDisconnect
 }

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"sync"
 	"time"
 
 	"github.com/linemq/linemq/broker/packet"
@@ -260,8 +261,18 @@ func (srv *Server) endSession(sess *session) {
 
 // publishWill publishes a will as a message of the broker's own.
 func (srv *Server) publishWill(w *will, now time.Time) {
+	if cl := srv.opts.Cluster; cl != nil && !cl.TakeWill(w.client, w.ref) {
+		srv.log.Info("will not published here: the line publishes it", "client", w.client)
+		return
+	}
 	srv.stats.willsPublished.Add(1)
 	srv.Publish(w.message(now))
+}
+
+// PublishWill implements ClusterInbound.
+func (srv *Server) PublishWill(m *Message) {
+	srv.stats.willsPublished.Add(1)
+	srv.Publish(m)
 }
 
 // flushDelayedWills publishes, at shutdown, every will still waiting out its
@@ -282,9 +293,17 @@ func (srv *Server) flushDelayedWills() {
 	}
 	srv.mu.Unlock()
 	now := srv.clock.Now()
+	// Each may wait for the cluster (TakeWill): all at once, so that a
+	// shutdown takes one wait, not one per will.
+	var wg sync.WaitGroup
 	for _, w := range due {
-		srv.publishWill(w, now)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			srv.publishWill(w, now)
+		}()
 	}
+	wg.Wait()
 }
 
 // stopTimer stops and clears *t; it reports whether a timer was pending.

@@ -187,7 +187,7 @@ func (srv *Server) restore(ctx context.Context) error {
 		}
 		srv.sessions[s.id] = s
 		if rec.Will != nil {
-			s.pendingWill = &will{msg: rec.Will.Message, delay: rec.Will.Delay, expiry: rec.Will.Expiry, hasExpiry: rec.Will.HasExpiry}
+			s.pendingWill = &will{msg: rec.Will.Message, delay: rec.Will.Delay, expiry: rec.Will.Expiry, hasExpiry: rec.Will.HasExpiry, client: s.id}
 		}
 		left := time.Duration(0)
 		if s.expiry != neverExpires {

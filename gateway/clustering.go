@@ -90,6 +90,7 @@ func clusterStats(c *cluster.Cluster) web.ClusterStats {
 		}
 	}
 	out.Peers = cs.Peers
+	out.Wills = web.WillStats{Published: cs.Wills.Published, Waiting: cs.Wills.Waiting, Cancelled: cs.Wills.Cancelled}
 	return out
 }
 

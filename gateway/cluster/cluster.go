@@ -211,6 +211,7 @@ func (c *Cluster) Bind(srv broker.ClusterInbound) error {
 		}
 		cancel()
 		close(c.ready)
+		c.wg.Go(func() { c.node.KeepWills(ctx) })
 		c.node.SyncRetained(ctx, time.Second)
 	})
 	return nil
@@ -319,6 +320,8 @@ type Stats struct {
 	Nodes    []NodeStatus     `json:"nodes"` // every gateway of the line, missing ones included
 	Known    []registry.Node  `json:"registered"`
 	Etcd     EtcdStatus       `json:"etcd"`
+	// Wills: the wills of dead gateways' clients (see wills.go).
+	Wills WillStats `json:"wills"`
 }
 
 // Stats returns the registry's, the mesh's and etcd's figures, all from
@@ -332,6 +335,7 @@ func (c *Cluster) Stats() Stats {
 	st.Peers = c.mesh.Stats()
 	st.Known = c.node.reg.Nodes()
 	st.Nodes = c.nodes.list()
+	st.Wills = c.node.WillStats()
 	if c.etcd != nil {
 		st.Etcd = c.etcd.get()
 	}

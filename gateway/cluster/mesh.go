@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/gateway/peer"
@@ -46,6 +47,9 @@ func (t *Mesh) Deliver(to broker.RemoteMember, m *broker.Message, done func(erro
 
 // Available implements Transport.
 func (t *Mesh) Available(node string) bool { return t.m.Available(node) }
+
+// LastHeard reports when node was last heard from (see peer.Mesh.LastHeard).
+func (t *Mesh) LastHeard(node string) time.Time { return t.m.LastHeard(node) }
 
 // SetPeer implements Transport.
 func (t *Mesh) SetPeer(node, addr string) { t.m.SetPeer(node, addr) }

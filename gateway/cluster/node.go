@@ -77,6 +77,10 @@ type Node struct {
 	parkMu sync.Mutex
 	parked map[string]map[string]struct{}
 
+	// wills keeps the line's record of this node's connections' wills
+	// and publishes those of dead nodes' clients.
+	wills *wills
+
 	// ready is closed once the node knows the others and has settled its
 	// restored sessions: a CONNECT before then waits for it (Claim).
 	ready     chan struct{}
@@ -116,6 +120,7 @@ func (n *Node) init(ro registry.Options) error {
 	n.claiming = map[string]int{}
 	n.parked = map[string]map[string]struct{}{}
 	n.ready = make(chan struct{})
+	n.wills = newWills(n)
 	ro.OnEvent = n.HandleEvent
 	reg, err := registry.New(ro)
 	if err != nil {
@@ -205,15 +210,30 @@ func (n *Node) Unsubscribed(clientID, filter string) broker.Registration {
 // loses nothing (the old node keeps its records until it sees the claim).
 // If the old node cannot hand it over, the CONNECT is refused (0x88)
 // rather than served an empty session.
-func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool) error {
+//
+// The connection's will is recorded in the same transaction as the claim
+// (see wills.go); the reference returned is its record.
+func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool, will *broker.Will) (string, error) {
 	select {
 	case <-n.ready:
 	case <-ctx.Done():
 		// The listeners accept before the node is ready, so that a
 		// CONNECT is answered (0x88, try again) rather than left
 		// waiting in the kernel's backlog for as long as the start takes.
-		return errNotReady
+		return "", errNotReady
 	}
+	ref := ""
+	if will != nil {
+		var err error
+		if ref, err = n.wills.record(will); err != nil {
+			return "", err
+		}
+	}
+	return ref, n.claim(ctx, clientID, cleanStart, ref)
+}
+
+// claim is Claim once the will's record is made.
+func (n *Node) claim(ctx context.Context, clientID string, cleanStart bool, will string) error {
 	n.startClaim(clientID)
 	defer n.endClaim(clientID)
 	adopted := false
@@ -239,7 +259,7 @@ func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool) erro
 			adopted = true
 		}
 	}
-	claim, err := n.reg.ClaimSession(ctx, clientID)
+	claim, err := n.reg.ClaimConnection(ctx, clientID, will)
 	if err == nil {
 		n.setClaimed(clientID, claim.Revision)
 	}
@@ -423,6 +443,27 @@ func (n *Node) Release(clientID string) {
 	}()
 }
 
+// TakeWill implements broker.Cluster (see wills.go).
+func (n *Node) TakeWill(clientID, ref string) bool { return n.wills.take(clientID, ref) }
+
+// DropWill implements broker.Cluster.
+func (n *Node) DropWill(clientID, ref string) { n.wills.drop(clientID, ref) }
+
+// KeepWills publishes the wills of the clients of nodes that die, until
+// ctx ends; start it once the node is ready.
+func (n *Node) KeepWills(ctx context.Context) { n.wills.run(ctx) }
+
+// WillStats reports what this node did with dead nodes' clients' wills.
+func (n *Node) WillStats() WillStats { return n.wills.stats() }
+
+// lastHeard reports when node was last heard from, if the transport knows.
+func (n *Node) lastHeard(node string) time.Time {
+	if t, ok := n.tr.(interface{ LastHeard(string) time.Time }); ok {
+		return t.LastHeard(node)
+	}
+	return time.Time{}
+}
+
 // HandleEvent feeds the registry's events about other nodes into the
 // broker and the transport. It is the registry's OnEvent.
 func (n *Node) HandleEvent(ev registry.Event) {
@@ -434,12 +475,17 @@ func (n *Node) HandleEvent(ev registry.Event) {
 	}
 	switch ev.Kind {
 	case registry.NodeJoined, registry.NodeUpdated:
+		if ev.Kind == registry.NodeUpdated {
+			// Perhaps a new run: the previous one's clients' wills are due.
+			n.wills.left(ev.Node, n.lastHeard(ev.Node))
+		}
 		n.tr.SetPeer(ev.Node, ev.NodeInfo.Addr)
 		n.nodesChanged()
 		if ev.Kind == registry.NodeJoined {
 			n.unparkLater(ev.Node)
 		}
 	case registry.NodeLeft:
+		n.wills.left(ev.Node, n.lastHeard(ev.Node)) // before its link goes
 		n.tr.SetPeer(ev.Node, "")
 		n.nodesChanged()
 	case registry.RouteAdded:

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/linemq/linemq/broker"
 )
@@ -254,6 +255,22 @@ func (m *Mesh) update(want func(cur map[string]*link) map[string]string) {
 func (m *Mesh) Available(peer string) bool {
 	l := (*m.links.Load())[peer]
 	return l != nil && l.available()
+}
+
+// LastHeard returns when peer was last heard from: its last pong, or the
+// start of its stream; zero if this node never had one with it. A peer
+// that died did so within a ping interval of then.
+func (m *Mesh) LastHeard(peer string) time.Time {
+	l := (*m.links.Load())[peer]
+	if l == nil {
+		return time.Time{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lastPong.After(l.up) {
+		return l.lastPong
+	}
+	return l.up
 }
 
 // Send queues m for peer's ordinary subscribers. It never blocks: it

@@ -19,6 +19,15 @@ type ClusterStats struct {
 	// Up and Missing count the gateways of the line that are registered
 	// now and those that belong to it but are not.
 	Up, Missing int
+	// Wills: what this node did with dead gateways' clients' wills.
+	Wills WillStats
+}
+
+// WillStats count the wills of dead gateways' clients handled by this
+// node (cluster.WillStats).
+type WillStats struct {
+	Published, Cancelled uint64 // published here; taken by another node or cancelled by the client's return
+	Waiting              int    // waiting out their delay here
 }
 
 // RegistryStats are the registry's figures (registry.Stats).
@@ -66,6 +75,7 @@ type clusterCollector struct {
 	peers         []peerScalar
 	deliveries    metric
 	forwards      []forwardScalar
+	wills         []series[WillStats]
 }
 
 type (
@@ -90,6 +100,11 @@ func newClusterCollector(s *Server) *clusterCollector {
 	bs("retained_from_peers_total", "Retained messages and clears from other nodes kept here (later writes than this node's).", func(s *broker.Stats) float64 { return float64(s.RetainedFromPeers) })
 	bs("retained_stale_total", "Retained writes not kept because the topic held a later write from another node.", func(s *broker.Stats) float64 { return float64(s.RetainedStale) })
 
+	c.wills = []series[WillStats]{
+		{newMetric("cluster_dead_node_wills_published_total", "Wills of clients of a gateway that died, published by this node.", counter), func(w *WillStats) float64 { return float64(w.Published) }},
+		{newMetric("cluster_dead_node_wills_cancelled_total", "Such wills this node waited for and did not publish: another node did, or the client came back within the delay.", counter), func(w *WillStats) float64 { return float64(w.Cancelled) }},
+		{newMetric("cluster_dead_node_wills_waiting", "Such wills waiting out their delay on this node.", gauge), func(w *WillStats) float64 { return float64(w.Waiting) }},
+	}
 	c.nodes = newMetric("cluster_nodes", "Gateways of the line by state: up (registered now) or missing (belongs to the line, not registered).", gauge, "state")
 	c.regState = newMetric("cluster_registry_state", "1 for the registry's current state (starting, healthy, degraded, closed), 0 for the others.", gauge, "state")
 	rs := func(name, help string, kind prometheus.ValueType, f func(*RegistryStats) float64) {
@@ -158,6 +173,9 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- c.regState.desc
 	ch <- c.nodes.desc
+	for _, m := range c.wills {
+		ch <- m.desc
+	}
 	for _, m := range c.registry {
 		ch <- m.desc
 	}
@@ -191,6 +209,9 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, m := range c.registry {
 		emit(m.metric, m.value(r))
+	}
+	for _, m := range c.wills {
+		emit(m.metric, m.value(&cs.Wills))
 	}
 	for i := range cs.Peers {
 		p := &cs.Peers[i]
