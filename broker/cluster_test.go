@@ -85,7 +85,7 @@ func (c *memCluster) Available(node string) bool { return !c.down[node].Load() }
 func (c *memCluster) Claim(context.Context, string, bool, *broker.Will) (string, error) {
 	return "", nil
 }
-func (c *memCluster) Release(string)              {}
+func (c *memCluster) Release(string)               {}
 func (c *memCluster) TakeWill(string, string) bool { return true }
 func (c *memCluster) DropWill(string, string)      {}
 
