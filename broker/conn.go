@@ -42,6 +42,9 @@ type conn struct {
 	aliasMaxOut uint16 // the client's Topic Alias Maximum
 	problemInfo bool   // the client's Request Problem Information
 	will        *will  // nil when CONNECT had none
+	// readCheck, if set, must pass every topic sent to the client
+	// (ReadChecker).
+	readCheck func(topic string) bool
 
 	// Owned by the reader goroutine (or the parker, while parked).
 	rbuf       []byte    // the read buffer; nil while parked with nothing half-read
@@ -767,6 +770,7 @@ const (
 	tooLarge                      // larger than the client's Maximum Packet Size: never sendable
 	busy                          // connection closing, or QoS 0 over the pending limit
 	expiredMsg                    // the message expired while it waited
+	deniedMsg                     // the client may not read its topic (ReadChecker)
 )
 
 // writePublish appends p, applying an outbound topic alias when the client

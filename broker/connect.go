@@ -96,6 +96,9 @@ func (c *conn) handleConnect(body []byte) error {
 	if rc != packet.Success {
 		return c.refuse(c.version, rc)
 	}
+	if rc, ok := opts.Auth.(ReadChecker); ok {
+		c.readCheck = rc.ReadCheck(c.info)
+	}
 
 	// Session expiry: v5 asks; 3.1.1 persistent sessions last forever unless
 	// the operator caps them.

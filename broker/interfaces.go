@@ -39,6 +39,18 @@ type Authenticator interface {
 	CanSubscribe(c ClientInfo, filter string) bool
 }
 
+// ReadChecker is implemented by an Authenticator that may grant a
+// subscription wider than what its client may read, on the condition that
+// the topics it may not read are never sent to it (Mosquitto's way with a
+// deny rule inside a granted filter). ReadCheck is called once per
+// connection, after Authenticate accepted it, and returns the check every
+// message sent to the client must pass, or nil when the client needs none.
+// The check runs on the delivery path, under the session's lock: it must
+// be fast and must not block.
+type ReadChecker interface {
+	ReadCheck(c ClientInfo) func(topic string) bool
+}
+
 // AllowAll is the default Authenticator: every client may connect, publish
 // and subscribe.
 type AllowAll struct{}

@@ -152,7 +152,11 @@ func (s *session) deliverLocked(m *Message, qos byte, retain bool, ids *subIDs, 
 		if ids != nil {
 			d.subIDs = *ids
 		}
-		if s.sendLocked(&d, 0, now) != written {
+		switch s.sendLocked(&d, 0, now) {
+		case written:
+		case deniedMsg:
+			return deliverResult{ok: true} // taken, and not for this client's eyes
+		default:
 			s.dropped++
 			s.srv.stats.droppedQoS0.Add(1)
 			return deliverResult{}
@@ -341,6 +345,8 @@ func (s *session) sendNewLocked(d delivery, now time.Time) {
 	case expiredMsg:
 		s.srv.stats.expired.Add(1)
 		s.forgetMsgLocked(&d)
+	case deniedMsg:
+		s.forgetMsgLocked(&d)
 	}
 }
 
@@ -354,6 +360,14 @@ func (s *session) sendLocked(d *delivery, pid uint16, now time.Time) writeResult
 	// already sent is completed [MQTT-3.3.2-5].
 	if !d.sent && d.msg.expired(now) {
 		return expiredMsg
+	}
+	// A subscription wider than what the client may read was granted on
+	// the condition that what it may not read is never sent on it
+	// (auth.acl_overlap: filter): checked here, where every message to the
+	// client passes, live, queued, retained or from its share groups.
+	if c.readCheck != nil && !d.sent && !c.readCheck(d.msg.Topic) {
+		s.srv.stats.readDenied.Add(1)
+		return deniedMsg
 	}
 	p := s.srv.outPubs.Get().(*packet.Publish)
 	defer s.srv.outPubs.Put(p)
@@ -438,7 +452,7 @@ func (s *session) pumpLocked() {
 		d := s.queue.pop()
 		if d.qos == 0 {
 			// QoS 0 needs no window and no packet id.
-			if s.sendLocked(&d, 0, now) != written {
+			if r := s.sendLocked(&d, 0, now); r != written && r != deniedMsg {
 				s.dropped++
 				s.srv.stats.droppedQoS0.Add(1)
 			}
@@ -559,6 +573,9 @@ func (s *session) resumeLocked() {
 			delete(s.inflight, pid)
 			s.forgetMsgLocked(&d)
 			s.dropped++
+		case deniedMsg:
+			delete(s.inflight, pid)
+			s.forgetMsgLocked(&d)
 		}
 	}
 	s.pumpLocked()

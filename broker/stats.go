@@ -27,6 +27,7 @@ type counters struct {
 	retainedStale    atomic.Uint64
 	retainedIn       atomic.Uint64
 	publishDenied    atomic.Uint64
+	readDenied       atomic.Uint64
 	droppedTooLarge  atomic.Uint64
 	expired          atomic.Uint64
 	expiredSessions  atomic.Uint64
@@ -72,6 +73,7 @@ type Stats struct {
 	RetainedFromPeers     uint64 // retained messages (and clears) other nodes sent that were newer than this node's
 	RetainedStale         uint64 // retained writes not kept: the topic held a later write from another node
 	PublishesDenied       uint64 // PUBLISH packets the Authenticator refused (v5: 0x87; 3.1.1: dropped)
+	DeliveriesDenied      uint64 // messages not sent to a client that may not read their topic (ReadChecker)
 	DroppedTooLarge       uint64 // messages larger than the client's Maximum Packet Size
 	Expired               uint64 // messages whose expiry passed before delivery
 	ExpiredSessions       uint64 // sessions ended by their expiry interval
@@ -121,6 +123,7 @@ func (srv *Server) Stats() Stats {
 		RetainedFromPeers:     c.retainedIn.Load(),
 		RetainedStale:         c.retainedStale.Load(),
 		PublishesDenied:       c.publishDenied.Load(),
+		DeliveriesDenied:      c.readDenied.Load(),
 		DroppedTooLarge:       c.droppedTooLarge.Load(),
 		Expired:               c.expired.Load(),
 		ExpiredSessions:       c.expiredSessions.Load(),

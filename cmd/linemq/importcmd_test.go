@@ -28,7 +28,7 @@ func TestImportMosquittoStarts(t *testing.T) {
 	}
 	passwd, acl := filepath.Join(dir, "passwd"), filepath.Join(dir, "acl")
 	writeFile(t, passwd, "hmi:"+h+"\n")
-	writeFile(t, acl, "user hmi\ntopic readwrite plant/#\n")
+	writeFile(t, acl, "user hmi\ntopic readwrite plant/#\ntopic deny plant/line3/recipes/#\n")
 	conf := filepath.Join(dir, "mosquitto.conf")
 	// Port 0 is not Mosquitto's, but carried over as it is it lets the
 	// system choose, as every test here does.
@@ -62,7 +62,14 @@ func TestImportMosquittoStarts(t *testing.T) {
 		t.Errorf("a wrong password: CONNACK %v, want 0x86", ack.Reason)
 	}
 	c.Password = []byte("secret")
-	if _, ack := brokertest.Connect(t, u.Host, c); ack.Reason != packet.Success {
-		t.Errorf("the password from the Mosquitto file: CONNACK %v, want success", ack.Reason)
+	hmi, ack := brokertest.Connect(t, u.Host, c)
+	if ack.Reason != packet.Success {
+		t.Fatalf("the password from the Mosquitto file: CONNACK %v, want success", ack.Reason)
+	}
+	// Mosquitto grants a filter that reaches a denied topic, and so does
+	// the imported configuration (auth.acl_overlap: filter).
+	sa := hmi.Subscribe(&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("plant/#"), QoS: 1}}})
+	if len(sa.Reasons) != 1 || sa.Reasons[0] != packet.GrantedQoS1 {
+		t.Errorf("plant/# beside a deny rule: SUBACK %v, want granted as on Mosquitto", sa.Reasons)
 	}
 }

@@ -483,7 +483,14 @@ func (a *acl) section(user string) *section {
 
 // canPublish applies the rules to a publish on topic t: a deny rule that
 // matches wins, then any allow rule with write access grants it.
-func (a *acl) canPublish(s *subject, t string) bool {
+func (a *acl) canPublish(s *subject, t string) bool { return a.canAccess(s, t, accessWrite) }
+
+// canRead applies the rules to a message on topic t sent to the client: a
+// deny rule that matches wins, then any allow rule with read access grants
+// it.
+func (a *acl) canRead(s *subject, t string) bool { return a.canAccess(s, t, accessRead) }
+
+func (a *acl) canAccess(s *subject, t string, want access) bool {
 	sec := a.section(s.user)
 	if sec != nil {
 		for _, r := range sec.deny {
@@ -499,13 +506,13 @@ func (a *acl) canPublish(s *subject, t string) bool {
 	}
 	if sec != nil {
 		for _, r := range sec.allow {
-			if r.access&accessWrite != 0 && r.matchTopic(s, t) {
+			if r.access&want != 0 && r.matchTopic(s, t) {
 				return true
 			}
 		}
 	}
 	for _, r := range a.patAllow {
-		if r.access&accessWrite != 0 && r.matchTopic(s, t) {
+		if r.access&want != 0 && r.matchTopic(s, t) {
 			return true
 		}
 	}
@@ -523,7 +530,12 @@ func (a *acl) canPublish(s *subject, t string) bool {
 // to its topics, so a wider filter receives nothing from them, and only a
 // filter within the deny is refused. That is what lets "#" be granted
 // beside "pattern deny test/nosubscribe".
-func (a *acl) canSubscribe(s *subject, f string) bool {
+//
+// With filter (auth.acl_overlap: filter) only a filter within a deny rule
+// is refused, since nothing could ever be sent on it; one that merely
+// overlaps a deny rule is granted, and what the client may not read is
+// kept from it message by message (canRead, on the delivery path).
+func (a *acl) canSubscribe(s *subject, f string, filter bool) bool {
 	fl := splitFilter(f)
 	sec := a.section(s.user)
 	var denies []*rule
@@ -533,7 +545,7 @@ func (a *acl) canSubscribe(s *subject, f string) bool {
 	for _, list := range [][]*rule{denies, a.patDeny} {
 		for _, r := range list {
 			rl, _ := r.resolveLevels(s)
-			if r.global && contains(rl, fl) || !r.global && overlaps(rl, fl) {
+			if (r.global || filter) && contains(rl, fl) || !r.global && !filter && overlaps(rl, fl) {
 				return false
 			}
 		}

@@ -95,8 +95,8 @@ func TestACLSubscribe(t *testing.T) {
 		{"", "x", "$SYS/#", false},
 		{"historian", "h", "plant/line3/temp", true},
 		{"historian", "h", "plant/+/temp", true},
-		{"historian", "h", "plant/#", false},               // overlaps the recipes deny
-		{"historian", "h", "plant/line3/#", false},         // so does this
+		{"historian", "h", "plant/#", false},               // overlaps the recipes deny (granted with filter)
+		{"historian", "h", "plant/line3/#", false},         // so does this (granted with filter)
 		{"historian", "h", "plant/line3/recipes/a", false}, // within it
 		{"historian", "h", "plant/line3/status/#", true},
 		{"line3-plc", "p", "plant/line3/temp", false}, // write only
@@ -117,8 +117,42 @@ func TestACLSubscribe(t *testing.T) {
 		{"x", "a/b", "mixed/dev-a/b/x", false},
 	} {
 		s := subject{user: tc.user, id: tc.id}
-		if got := a.canSubscribe(&s, tc.filter); got != tc.want {
+		if got := a.canSubscribe(&s, tc.filter, false); got != tc.want {
 			t.Errorf("user %q id %q subscribe %q: %v, want %v", tc.user, tc.id, tc.filter, got, tc.want)
+		}
+		// With acl_overlap: filter the same, but for what merely overlaps
+		// a deny rule: granted, its denied topics kept out by canRead.
+		want := tc.want
+		if filterGrants[tc.filter] {
+			want = true
+		}
+		if got := a.canSubscribe(&s, tc.filter, true); got != want {
+			t.Errorf("acl_overlap filter: user %q id %q subscribe %q: %v, want %v", tc.user, tc.id, tc.filter, got, want)
+		}
+	}
+}
+
+// filterGrants are the filters of TestACLSubscribe that acl_overlap:
+// filter grants and refuse does not.
+var filterGrants = map[string]bool{"plant/#": true, "plant/line3/#": true}
+
+// TestACLRead: what a client of acl_overlap: filter is sent.
+func TestACLRead(t *testing.T) {
+	a := mustACL(t, siteACL)
+	for _, tc := range []struct {
+		user, topic string
+		want        bool
+	}{
+		{"historian", "plant/line3/temp", true},
+		{"historian", "plant/line3/recipes/a", false}, // denied
+		{"historian", "plant/line3/recipes", false},   // "recipes/#" matches its parent too
+		{"historian", "cmd/x", false},                 // no read rule
+		{"line3-plc", "plant/line3/temp", false},      // write only
+		{"line3-plc", "$SYS/broker/x", false},         // # does not reach $SYS
+	} {
+		s := subject{user: tc.user, id: "c"}
+		if got := a.canRead(&s, tc.topic); got != tc.want {
+			t.Errorf("user %q read %q: %v, want %v", tc.user, tc.topic, got, tc.want)
 		}
 	}
 }
@@ -132,7 +166,7 @@ func TestACLDenyWithUnusableSubstitution(t *testing.T) {
 	if a.canPublish(&s, "private/anyone/x") {
 		t.Error("anonymous client published under a %u deny")
 	}
-	if a.canSubscribe(&s, "private/+/x") || a.canSubscribe(&s, "#") {
+	if a.canSubscribe(&s, "private/+/x", false) || a.canSubscribe(&s, "#", false) {
 		t.Error("anonymous client subscribed over a %u deny")
 	}
 	if !a.canPublish(&s, "public/x") {
@@ -193,7 +227,7 @@ func TestACLLoneWordIsTopic(t *testing.T) {
 	// As in Mosquitto: "topic read" grants readwrite on the topic "read".
 	a := mustACL(t, "topic read\n")
 	s := subject{}
-	if !a.canPublish(&s, "read") || !a.canSubscribe(&s, "read") {
+	if !a.canPublish(&s, "read") || !a.canSubscribe(&s, "read", false) {
 		t.Error(`"topic read" is not readwrite on "read"`)
 	}
 	_, err := parseACL("acl", []byte("topic a b c\n"))

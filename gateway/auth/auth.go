@@ -383,8 +383,30 @@ func (a *Authenticator) CanSubscribe(c broker.ClientInfo, filter string) bool {
 	if shared && !r.acl.canJoinShare(&s, group) {
 		return false
 	}
-	return r.acl.canSubscribe(&s, f)
+	return r.acl.canSubscribe(&s, f, a.cfg.ACLOverlap == OverlapFilter)
+}
+
+// ReadCheck implements broker.ReadChecker. With acl_overlap: filter and an
+// ACL file, every message sent to the client must be one it may read: a
+// rule with read access matches its topic and no deny rule does. The
+// rules are those in force when the message is sent, so a reload applies
+// to the clients already connected too.
+func (a *Authenticator) ReadCheck(c broker.ClientInfo) func(topic string) bool {
+	if a.cfg.ACLOverlap != OverlapFilter || a.cfg.ACLFile == "" {
+		return nil
+	}
+	return func(topic string) bool {
+		r := a.rules.Load()
+		if r.acl == nil {
+			return true
+		}
+		s := subjectOf(r, c)
+		return r.acl.canRead(&s, topic)
+	}
 }
 
 // Interface guard.
-var _ broker.Authenticator = (*Authenticator)(nil)
+var (
+	_ broker.Authenticator = (*Authenticator)(nil)
+	_ broker.ReadChecker   = (*Authenticator)(nil)
+)

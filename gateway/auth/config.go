@@ -30,7 +30,22 @@ type Config struct {
 	// accepts them from anywhere; false refuses them everywhere, loopback
 	// included.
 	AllowAnonymous *bool `yaml:"allow_anonymous"`
+
+	// ACLOverlap decides about a subscription that lies within a read
+	// rule but overlaps a deny rule ("plant/#" beside "topic deny
+	// plant/line3/recipes/#"). "refuse", the default, refuses it (SUBACK
+	// 0x87). "filter" grants it, as Mosquitto does, and then never sends
+	// the client a message it may not read, live, queued or retained, on
+	// any subscription, shared or not; every message to a client of an
+	// ACL file is then checked against its rules.
+	ACLOverlap string `yaml:"acl_overlap"`
 }
+
+// The values of Config.ACLOverlap.
+const (
+	OverlapRefuse = "refuse"
+	OverlapFilter = "filter"
+)
 
 // Error is one configuration error: the key relative to auth: and what is
 // wrong with it. Validate returns them joined (errors.Join), so a caller
@@ -81,6 +96,11 @@ func (c *Config) Validate() error {
 		if _, err := loadACL(c.ACLFile); err != nil {
 			errs = append(errs, &Error{Key: "acl_file", Err: err})
 		}
+	}
+	switch c.ACLOverlap {
+	case "", OverlapRefuse, OverlapFilter:
+	default:
+		errs = append(errs, &Error{Key: "acl_overlap", Err: fmt.Errorf("%q is neither %q nor %q", c.ACLOverlap, OverlapRefuse, OverlapFilter)})
 	}
 	return errors.Join(errs...)
 }

@@ -63,6 +63,11 @@
 // are refused. (Several rules that together cover a filter without one of
 // them covering it do not grant it; write one wider rule.)
 //
+// With Config.ACLOverlap "filter" a filter that merely overlaps a deny rule
+// is granted instead, as Mosquitto grants it, and every message sent to the
+// client is checked against its rules ([Authenticator.ReadCheck],
+// broker.ReadChecker): what it may not read is never sent.
+//
 // A shared subscription "$share/<name>/<filter>" is judged on <filter>, so
 // "$share/g/secret/#" gets no more than "secret/#". A "share NAME" line
 // (NAME may be a path.Match pattern such as "hist-*") reserves the share

@@ -65,3 +65,25 @@ func TestHTTPLogin(t *testing.T) {
 		t.Errorf("login: maybe: %v", err)
 	}
 }
+
+// TestACLOverlapKey: auth.acl_overlap takes refuse or filter; anything
+// else is refused naming the key and its line.
+func TestACLOverlapKey(t *testing.T) {
+	for yaml, want := range map[string]string{
+		lines("auth:", "  acl_overlap: filter"): "",
+		lines("auth:", "  acl_overlap: refuse"): "",
+		lines("auth:", "  acl_overlap: grant"):  `linemq.yaml:2: auth.acl_overlap: "grant" is neither "refuse" nor "filter"`,
+	} {
+		c, err := Parse([]byte(yaml), file)
+		if err != nil {
+			t.Fatalf("Parse: %v", err)
+		}
+		got := ""
+		if err := c.Validate(); err != nil {
+			got = err.Error()
+		}
+		if got != want {
+			t.Errorf("%q: Validate error\n got: %s\nwant: %s", yaml, got, want)
+		}
+	}
+}

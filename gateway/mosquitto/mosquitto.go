@@ -584,6 +584,7 @@ type (
 		AllowAnonymous *bool  `yaml:"allow_anonymous,omitempty"`
 		PasswordFile   string `yaml:"password_file,omitempty"`
 		ACLFile        string `yaml:"acl_file,omitempty"`
+		ACLOverlap     string `yaml:"acl_overlap,omitempty"`
 	}
 	outBridge struct {
 		Name      string   `yaml:"name"`
@@ -670,6 +671,11 @@ func (im *importer) render() ([]byte, error) {
 		c.MQTT = m
 	}
 	a := &outAuth{AllowAnonymous: im.auth.allowAnonymous, PasswordFile: im.auth.passwordFile, ACLFile: im.auth.aclFile}
+	if a.ACLFile != "" {
+		// Mosquitto grants a filter that reaches a denied topic and keeps
+		// that topic from it; linemq refuses such a filter unless told.
+		a.ACLOverlap = "filter"
+	}
 	if *a != (outAuth{}) {
 		c.Auth = a
 	}

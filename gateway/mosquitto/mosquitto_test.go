@@ -60,7 +60,7 @@ func TestCorpus(t *testing.T) {
 		{
 			name: "passwords and ACL on one port",
 			conf: fmt.Sprintf("listener 1883\npassword_file %s\nacl_file %s\n", f.passwd, f.acl),
-			want: []string{"type: tcp", "address: :1883", "password_file: " + f.passwd, "acl_file: " + f.acl, "allow_anonymous: false"},
+			want: []string{"type: tcp", "address: :1883", "password_file: " + f.passwd, "acl_file: " + f.acl, "acl_overlap: filter", "allow_anonymous: false"},
 		},
 		{
 			name: "TLS with client certificates beside loopback",
