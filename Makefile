@@ -42,13 +42,15 @@ build:
 ## every other package's tests)
 test: vet
 	$(GO) test -race -count=1 -timeout 12m ./...
+	$(GO) test -race -count=1 -timeout 5m -tags browser -run 'InBrowser|WithBrowser' ./gateway/web
 	LINEMQ_FAULT_SUITE=1 $(GO) test -race -count=1 -timeout 10m -run 'TestFaultSuite|TestOrdinarySubscribersCutOff' -v ./internal/chaos
 
-## vet: go vet, and go.mod and go.sum as go mod tidy leaves them (a direct
+## vet: go vet (the browser tests' files too, behind their build tag), and go.mod and go.sum as go mod tidy leaves them (a direct
 ## dependency marked indirect, or one nothing imports, fails here rather
 ## than in someone else's go mod tidy)
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags browser ./gateway/web
 	@out=$$($(GO) mod tidy -diff 2>&1) || { printf '%s\n' "$$out"; \
 	  echo "vet: go.mod or go.sum differ from what 'go mod tidy' makes (above): run go mod tidy and commit both"; exit 1; }
 
