@@ -26,7 +26,9 @@
 //
 // # Files
 //
-// [Parse] and [Load] decode a file with yaml.v3 on top of [Default]. Keys
+// [Parse] and [Load] read a file into yaml.v3's node tree and decode it on
+// top of [Default] with this package's walker, which follows the tree and
+// the structs together and so knows every value's key path and line. Keys
 // left out keep their defaults, and so does a key with no value
 // (`listen:`). Unknown keys, repeated keys and values of the wrong type are
 // errors that name the key path and its line, in the form editors and CI

@@ -1033,3 +1033,16 @@ func TestUnknownKeyHints(t *testing.T) {
 		}
 	}
 }
+
+// TestAliasBomb: a short file of aliases can stand for millions of
+// values; the walker stops and says so rather than visit them all.
+func TestAliasBomb(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("shared_subscriptions:\n  groups:\n    - &g {name: a, allowed_clients: &c [")
+	b.WriteString(strings.Repeat("x, ", 1100) + "x]}\n")
+	b.WriteString(strings.Repeat("    - *g\n", 100))
+	_, err := Parse([]byte(b.String()), file)
+	if err == nil || !strings.Contains(err.Error(), "too many values") {
+		t.Fatalf("Parse: %.300v", err)
+	}
+}

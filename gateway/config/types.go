@@ -18,11 +18,10 @@ import (
 )
 
 // The types below are the values of the configuration that are more than a
-// plain YAML string, integer or boolean. Each reads its YAML scalar in
-// UnmarshalYAML and reports a bad value as a *yaml.TypeError: yaml.v3
-// collects those and goes on decoding, so that every problem in a file is
-// reported at once with its line, whereas an UnmarshalText error would stop
-// the decoding and carry no line.
+// plain YAML string, integer or boolean. Each reads its YAML node in
+// UnmarshalYAML and says what is wrong with a bad value; the walker
+// (walk.go) adds where, and goes on, so that every problem in a file is
+// reported at once.
 
 // Unlimited is the value of a [Limit], [Size] or [Duration] written
 // "unlimited" in a file: the limit is switched off. In code any negative
@@ -346,16 +345,12 @@ func parseCount(num, text, what string) (int, error) {
 	return 0, fmt.Errorf("%q is not %s", text, what)
 }
 
-// decodeScalar runs parse on the text of the scalar n, and returns its error
-// as a *yaml.TypeError that gives n's line and column (see index.locate).
+// decodeScalar runs parse on the text of the scalar n.
 func decodeScalar(n *yaml.Node, what string, parse func(string) error) error {
 	if n.Kind != yaml.ScalarNode {
-		return typeError(n, fmt.Errorf("expected %s, got %s", what, kindName(n)))
+		return &mismatch{what, kindName(n)}
 	}
-	if err := parse(n.Value); err != nil {
-		return typeError(n, err)
-	}
-	return nil
+	return parse(n.Value)
 }
 
 // decodeWord reads the scalar n into a word-valued type, checked by check.
@@ -367,12 +362,6 @@ func decodeWord[T ~string](n *yaml.Node, out *T, check func(T) error) error {
 		*out = T(s)
 		return nil
 	})
-}
-
-// typeError is err as yaml.v3 collects it. The position is in the form
-// index.locate reads back: "line L: column C: problem".
-func typeError(n *yaml.Node, err error) error {
-	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: column %d: %s", n.Line, n.Column, err)}}
 }
 
 // kindName describes a node in an error message.

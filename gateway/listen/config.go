@@ -96,9 +96,7 @@ type Size int
 
 // UnmarshalYAML reads a size of 1 byte or more.
 func (z *Size) UnmarshalYAML(n *yaml.Node) error {
-	fail := func(format string, args ...any) error {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: column %d: %s", n.Line, n.Column, fmt.Sprintf(format, args...))}}
-	}
+	fail := fmt.Errorf
 	num, mult := n.Value, int64(1)
 	for _, u := range []struct {
 		suffix string
@@ -132,11 +130,9 @@ const Unlimited = -1
 type Limit int
 
 // UnmarshalYAML reads a whole number of 1 or more, or "unlimited". Its
-// errors carry the line and column in the form yaml.v3 collects.
+// errors say what is wrong; the configuration's decoder says where.
 func (l *Limit) UnmarshalYAML(n *yaml.Node) error {
-	fail := func(format string, args ...any) error {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: column %d: %s", n.Line, n.Column, fmt.Sprintf(format, args...))}}
-	}
+	fail := fmt.Errorf
 	if n.Kind != yaml.ScalarNode {
 		return fail("expected a whole number or unlimited")
 	}
