@@ -25,15 +25,25 @@ func RunServer(t testing.TB, opts broker.Options) (*broker.Server, string) {
 // fails the test if it has not within timeout. msg says what was awaited.
 func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
 	t.Helper()
+	if !Until(timeout, cond) {
+		t.Fatalf("timed out after %v waiting for: %s", timeout, msg)
+	}
+}
+
+// Until polls cond every few milliseconds until it returns true (true) or
+// timeout passes (false): Eventually for a caller that reports the
+// failure itself, with what it found.
+func Until(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	wait := time.Millisecond
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for: %s", timeout, msg)
+			return false
 		}
 		time.Sleep(wait)
 		wait = min(2*wait, 50*time.Millisecond)
 	}
+	return true
 }
 
 // Server is a broker that a test can stop and start again on the same

@@ -202,8 +202,15 @@ bridges:
 	stop.Store(false)
 
 	n := total.Load()
-	waitAll(acked, "all")              // the publishers have stopped: acked is final
-	time.Sleep(200 * time.Millisecond) // a late duplicate would show
+	waitAll(acked, "all") // the publishers have stopped: acked is final
+	// A marker behind everything: a copy the bridge sends again comes first.
+	mc, _, err := dialMQTT(laddr, "marker", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.write((&packet.Publish{Topic: []byte("plant/marker"), QoS: 1, PacketID: 1, Payload: []byte("1")}).Append(nil, packet.V5))
+	waitAll(map[string][]uint64{"plant/marker": {1}}, "the marker")
+	mc.nc.Close()
 	stop.Store(true)
 	recvWG.Wait()
 	missing, dups, disorder := got.check(acked)

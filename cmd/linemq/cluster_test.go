@@ -268,6 +268,24 @@ func (p *publisher) count() int {
 	return len(p.acked)
 }
 
+// flow waits until the publishers have had n more publishes acknowledged
+// between them: the traffic before, during and after a fault is counted in
+// messages, not in seconds, so that a slow machine sees as much of it.
+func flow(t *testing.T, pubs []*publisher, n int) {
+	t.Helper()
+	total := func() int {
+		s := 0
+		for _, p := range pubs {
+			s += p.count()
+		}
+		return s
+	}
+	start := total()
+	if !waitFor(time.Minute, func() bool { return total()-start >= n }) {
+		t.Fatalf("%d of %d more publishes acknowledged within a minute", total()-start, n)
+	}
+}
+
 // finish stops p and returns what was acknowledged.
 func (p *publisher) finish() []uint64 {
 	select {
@@ -292,7 +310,7 @@ func clusterFault(t *testing.T, fault string) {
 	for i := range 3 {
 		pubs = append(pubs, startPublisher(t, c.addrs[i], uint64(i+1)))
 	}
-	time.Sleep(2 * time.Second) // traffic before the fault
+	flow(t, pubs, 300) // traffic before the fault (about 2 s)
 	victim := 2
 	at := time.Now()
 	switch fault {
@@ -310,7 +328,7 @@ func clusterFault(t *testing.T, fault string) {
 		workers[0].conn.nc.Close() // the member drops off node 1 ...
 		<-workers[0].done
 	}
-	time.Sleep(3 * time.Second) // traffic during the fault
+	flow(t, pubs, 300) // traffic during the fault, from the publishers left (about 2 s)
 	var rejoined int64
 	switch fault {
 	case "kill", "leader":
@@ -331,7 +349,7 @@ func clusterFault(t *testing.T, fault string) {
 		}
 		workers[0] = w
 	}
-	time.Sleep(3 * time.Second) // traffic after the fault
+	flow(t, pubs, 400) // traffic after the fault (about 2 s)
 	var acked []uint64
 	for i, p := range pubs {
 		a := p.finish()
@@ -350,19 +368,13 @@ func clusterFault(t *testing.T, fault string) {
 	}
 	logPassOver(t, fmt.Sprintf("%s of node %d", fault, victim+1), at, before, sentAt, ackAt)
 
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		missing, dups := got.missing(acked)
-		if missing == 0 {
-			t.Logf("%s (node %d): %d messages acknowledged by %d publishers, all delivered, %d duplicates; deliveries per member %d %d %d",
-				fault, victim+1, len(acked), len(pubs), dups, workers[0].n.Load(), workers[1].n.Load(), workers[2].n.Load())
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d acknowledged messages never reached a member (of %d acknowledged)", missing, len(acked))
-		}
-		time.Sleep(50 * time.Millisecond) // polling the tracker, with a deadline
+	if !waitFor(time.Minute, func() bool { m, _ := got.missing(acked); return m == 0 }) {
+		missing, _ := got.missing(acked)
+		t.Fatalf("%d acknowledged messages never reached a member (of %d acknowledged)", missing, len(acked))
 	}
+	_, dups := got.missing(acked)
+	t.Logf("%s (node %d): %d messages acknowledged by %d publishers, all delivered, %d duplicates; deliveries per member %d %d %d",
+		fault, victim+1, len(acked), len(pubs), dups, workers[0].n.Load(), workers[1].n.Load(), workers[2].n.Load())
 	if fault == "kill" || fault == "leader" {
 		// The node that came back is routed to again: its member received
 		// messages published after its return (a member's count restarts
@@ -384,14 +396,7 @@ func clusterFault(t *testing.T, fault string) {
 }
 
 // waitFor polls cond until it holds (true) or d passes (false).
-func waitFor(d time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
-	return true
-}
+func waitFor(d time.Duration, cond func() bool) bool { return brokertest.Until(d, cond) }
 
 // resumeWorker reconnects a worker to its persistent session at addr.
 func resumeWorker(t *testing.T, addr, id string, got *crashTracker) (*worker, bool) {
@@ -793,9 +798,9 @@ func TestClusterMemberLeaves(t *testing.T) {
 	}
 	c, got, workers := startShareLine(t)
 	pubs := []*publisher{startPublisher(t, c.addrs[0], 1), startPublisher(t, c.addrs[2], 3)}
-	time.Sleep(time.Second) // traffic before the member leaves
+	flow(t, pubs, 100) // traffic before the member leaves
 	workers[1].conn.write((&packet.Unsubscribe{PacketID: 2, Filters: [][]byte{[]byte("$share/g/cl/#")}}).Append(nil, packet.V5))
-	time.Sleep(2 * time.Second) // traffic while and after it leaves
+	flow(t, pubs, 300) // traffic while and after it leaves
 	refused := map[packet.ReasonCode]int{}
 	var acked []uint64
 	for _, p := range pubs {

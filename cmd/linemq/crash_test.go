@@ -225,19 +225,13 @@ func crashRecovery(t *testing.T, mode string) {
 	for range kills {
 		// Let some traffic through, then pull the plug mid-stream.
 		target := ackedAt() + 300
-		deadline := time.Now().Add(20 * time.Second)
-		for ackedAt() < target && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitFor(20*time.Second, func() bool { return ackedAt() >= target })
 		d.cmd.Process.Signal(syscall.SIGKILL)
 		<-d.exited
 		startBroker()
 	}
 	target := ackedAt() + 300
-	deadline := time.Now().Add(20 * time.Second)
-	for ackedAt() < target && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(20*time.Second, func() bool { return ackedAt() >= target })
 	stop.Store(true)
 	pubWG.Wait()
 	wg.Wait()
@@ -255,25 +249,19 @@ func crashRecovery(t *testing.T, mode string) {
 	if len(all) < 4*300 {
 		t.Fatalf("only %d messages acknowledged: the test did not exercise the broker", len(all))
 	}
-	deadline = time.Now().Add(30 * time.Second)
-	for {
-		done := true
+	arrived := func() bool {
 		for _, n := range names {
 			if m, _ := trackers[n].missing(all); m > 0 {
-				done = false
+				return false
 			}
 		}
-		if done {
-			break
+		return true
+	}
+	if !waitFor(30*time.Second, arrived) {
+		for _, n := range names {
+			m, _ := trackers[n].missing(all)
+			t.Errorf("%s: %d of %d acknowledged messages never arrived", n, m, len(all))
 		}
-		if time.Now().After(deadline) {
-			for _, n := range names {
-				m, _ := trackers[n].missing(all)
-				t.Errorf("%s: %d of %d acknowledged messages never arrived", n, m, len(all))
-			}
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	stop.Store(true)
 	wg.Wait()

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -287,15 +288,16 @@ func testOutAndIn(t *testing.T, protocol int) {
 		}
 	}
 	verify(t, cmds, func(s string) string { return s }, acked)
-	time.Sleep(200 * time.Millisecond)
-	if n := atRemote.count(); n != 40+10 {
-		t.Errorf("%d messages at the remote, want 50 (the 40 sent and the 10 commands, none twice)", n)
+	// A marker sent out after everything: a duplicate on the way out
+	// (a command sent back, say) would arrive before it.
+	publish(t, local.addr, "marker", []string{"plant/marker"}, 1)
+	brokertest.Eventually(t, wait, "the marker at the remote", func() bool { return atRemote.count() >= 51 })
+	if n := atRemote.count(); n != 40+10+1 {
+		t.Errorf("%d messages at the remote, want 51 (the 40 sent, the 10 commands and the marker, none twice)", n)
 	}
-	st := b.Stats()
-	t.Logf("stats: %+v", st)
-	if st.Sent != 40 || st.Queued != 0 {
-		t.Errorf("sent %d, queued %d", st.Sent, st.Queued)
-	}
+	// The marker's PUBACK may still be on its way back.
+	brokertest.Eventually(t, wait, "41 sent, none queued", func() bool { st := b.Stats(); return st.Sent == 41 && st.Queued == 0 })
+	t.Logf("stats: %+v", b.Stats())
 }
 
 // TestOutage: the remote stops; messages are published and queued; the
@@ -337,7 +339,11 @@ func testOutage(t *testing.T, protocol int) {
 	brokertest.Eventually(t, wait, "the backlog at the remote", func() bool { return b.Stats().Queued == 0 && atRemote.count() >= 750 })
 	took := time.Since(start)
 	t.Logf("%d queued messages drained in %v (drain_rate 500/s, reconnect included)", queued, took)
-	time.Sleep(200 * time.Millisecond)
+	// A marker behind the backlog: what the bridge sends again comes before it.
+	publish(t, local.addr, "marker", []string{"plant/marker"}, 1)
+	brokertest.Eventually(t, wait, "the marker at the remote", func() bool {
+		return slices.ContainsFunc(atRemote.snapshot(), func(p *paho.Publish) bool { return p.Topic == "site/gw1/marker" })
+	})
 	dups := verify(t, atRemote.snapshot(), func(s string) string { return "site/gw1/" + strings.TrimPrefix(s, "plant/") }, acked)
 	t.Logf("duplicates: %d; stats %+v", dups, b.Stats())
 }
@@ -386,15 +392,31 @@ func TestNoLoop(t *testing.T) {
 	brokertest.Eventually(t, wait, "both connected", func() bool {
 		return ba.Stats().State == StateConnected && bb.Stats().State == StateConnected
 	})
-	time.Sleep(200 * time.Millisecond) // subscriptions in place
+	brokertest.Eventually(t, wait, "the bridges' subscriptions in place", func() bool {
+		return r.srv.Stats().Subscriptions >= 2 && a.srv.Stats().Subscriptions >= 1 && bn.srv.Stats().Subscriptions >= 1
+	})
 	atA, atB, atR := collect(t, a.addr, "subA", "plant/#"), collect(t, bn.addr, "subB", "plant/#"), collect(t, r.addr, "subR", "plant/#")
 	publish(t, a.addr, "pubA", []string{"plant/a"}, 10)
 	publish(t, bn.addr, "pubB", []string{"plant/b"}, 10)
 	publish(t, r.addr, "pubR", []string{"plant/r"}, 10)
 	brokertest.Eventually(t, wait, "30 everywhere", func() bool { return atA.count() >= 30 && atB.count() >= 30 && atR.count() >= 30 })
-	time.Sleep(500 * time.Millisecond)
-	if n, m, o := atA.count(), atB.count(), atR.count(); n != 30 || m != 30 || o != 30 {
-		t.Errorf("A saw %d, B saw %d, the remote %d; want 30 each (a loop repeats them)", n, m, o)
+	// A marker from each broker, once all 30 are everywhere: on every path
+	// between them, a copy a loop made comes before its marker.
+	publish(t, a.addr, "markA", []string{"plant/markA"}, 1)
+	publish(t, bn.addr, "markB", []string{"plant/markB"}, 1)
+	publish(t, r.addr, "markR", []string{"plant/markR"}, 1)
+	marked := func(c *collector) bool {
+		n := 0
+		for _, p := range c.snapshot() {
+			if strings.HasPrefix(p.Topic, "plant/mark") {
+				n++
+			}
+		}
+		return n >= 3
+	}
+	brokertest.Eventually(t, wait, "the markers everywhere", func() bool { return marked(atA) && marked(atB) && marked(atR) })
+	if n, m, o := atA.count(), atB.count(), atR.count(); n != 33 || m != 33 || o != 33 {
+		t.Errorf("A saw %d, B saw %d, the remote %d; want 33 each, the markers included (a loop repeats them)", n, m, o)
 	}
 	t.Logf("A: %+v", ba.Stats())
 	t.Logf("B: %+v", bb.Stats())

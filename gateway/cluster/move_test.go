@@ -169,11 +169,8 @@ func TestOrdinarySubscriberMovesWithoutAGap(t *testing.T) {
 		}
 		return out
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for len(missing()) > 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if m := missing(); len(m) > 0 {
+	if !brokertest.Until(20*time.Second, func() bool { return len(missing()) == 0 }) {
+		m := missing()
 		t.Fatalf("%d of %d acknowledged messages never reached the subscriber across %d moves (first: %v)", len(m), len(want), moves, m[:min(len(m), 10)])
 	}
 	last.Conn.Close()

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/linemq/linemq/broker/brokertest"
 )
 
 // callHandler is a handler that also answers calls.
@@ -72,11 +74,7 @@ func TestCall(t *testing.T) {
 		defer l.mu.Unlock()
 		return len(l.calls) == 1
 	}
-	for deadline := time.Now().Add(5 * time.Second); !waiting(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the call never went out")
-		}
-	}
+	brokertest.Eventually(t, 5*time.Second, "the call to go out", waiting)
 	// b's Close waits for its handler's calls to return: released below.
 	closed := make(chan struct{})
 	go func() { b.Close(); close(closed) }()
