@@ -462,11 +462,15 @@ func (f *farNode) Available(string) bool {
 }
 func (f *farNode) Subscribed(string, string, byte) broker.Registration { return nil }
 func (f *farNode) Unsubscribed(string, string) broker.Registration     { return nil }
-func (f *farNode) Claim(context.Context, string, bool) error           { return nil }
-func (f *farNode) Release(string)                                      {}
-func (f *farNode) Retain(*broker.Message, []string)                    {}
-func (f *farNode) set(up bool)                                         { f.mu.Lock(); f.up = up; f.mu.Unlock() }
-func (f *farNode) received() []string                                  { f.mu.Lock(); defer f.mu.Unlock(); return slices.Clone(f.got) }
+func (f *farNode) Claim(context.Context, string, bool, *broker.Will) (string, error) {
+	return "", nil
+}
+func (f *farNode) TakeWill(string, string) bool     { return true }
+func (f *farNode) DropWill(string, string)          {}
+func (f *farNode) Release(string)                   {}
+func (f *farNode) Retain(*broker.Message, []string) {}
+func (f *farNode) set(up bool)                      { f.mu.Lock(); f.up = up; f.mu.Unlock() }
+func (f *farNode) received() []string               { f.mu.Lock(); defer f.mu.Unlock(); return slices.Clone(f.got) }
 
 // TestForwardsAcrossRestart: QoS 1 messages for another node's ordinary
 // subscribers, acknowledged while that node is down, are on disk when the
