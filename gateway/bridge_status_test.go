@@ -10,7 +10,7 @@ import (
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/gateway"
-	"github.com/linemq/linemq/gateway/config"
+	"github.com/linemq/linemq/gateway/bridge"
 )
 
 // bridgeJSON is the part of a bridge in /api/v1/bridges this test reads.
@@ -60,11 +60,11 @@ func TestBridgeStatus(t *testing.T) {
 
 	cfg := testConfig(t)
 	cfg.HTTP.Listen = new("127.0.0.1:0")
-	cfg.Bridges = []config.Bridge{{
+	cfg.Bridges = []bridge.Config{{
 		Name:      "site",
 		Addresses: []string{remoteAddr},
-		Out:       []config.BridgeRule{{Filter: "plant/#", Prefix: "site/gw1/", QoS: new(1)}},
-		In:        []config.BridgeRule{{Filter: "cmd/gw1/#", QoS: new(1)}},
+		Out:       []bridge.Rule{{Filter: "plant/#", Prefix: "site/gw1/", QoS: new(1)}},
+		In:        []bridge.Rule{{Filter: "cmd/gw1/#", QoS: new(1)}},
 	}}
 	g, err := gateway.Start(t.Context(), gateway.Options{Config: cfg, Logger: testLogger(t)})
 	if err != nil {

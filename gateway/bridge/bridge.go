@@ -46,7 +46,7 @@
 // message coming in that already names this node is dropped (counted in
 // Loops). That stops a message from going round two gateways that bridge
 // the same topics to each other or through a common broker. MQTT 3.1.1 has
-// neither at the remote: config.ValidateBridges refuses in and out rules
+// neither at the remote: gateway/config refuses in and out rules
 // that overlap there (the local side still has No Local).
 package bridge
 
@@ -70,7 +70,6 @@ import (
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/topic"
-	"github.com/linemq/linemq/gateway/config"
 	"github.com/linemq/linemq/gateway/health"
 )
 
@@ -90,7 +89,7 @@ type Store interface {
 // Options are what New needs.
 type Options struct {
 	// Config is the bridge's configuration; New applies its defaults.
-	Config config.Bridge
+	Config Config
 	// NodeID names this gateway in the linemq-via property and in the
 	// default client id.
 	NodeID string
@@ -106,15 +105,15 @@ type Options struct {
 
 // Bridge is one running bridge. Its methods may be called concurrently.
 type Bridge struct {
-	cfg    config.Bridge
+	cfg    Config
 	node   string
 	queue  string // the queue's name in the store
 	srv    *broker.Server
 	store  Store
 	log    *slog.Logger
 	now    func() time.Time
-	out    []config.BridgeRule
-	in     []config.BridgeRule
+	out    []Rule
+	in     []Rule
 	tlsCfg *tls.Config
 
 	ctx       context.Context
@@ -706,7 +705,7 @@ func permanent(rc byte) bool {
 }
 
 // matchRule returns the first rule whose filter matches t.
-func matchRule(rs []config.BridgeRule, t string) *config.BridgeRule {
+func matchRule(rs []Rule, t string) *Rule {
 	for i := range rs {
 		if topic.Match(rs[i].Filter, t) {
 			return &rs[i]

@@ -19,7 +19,7 @@ import (
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/brokertest"
-	"github.com/linemq/linemq/gateway/config"
+	"github.com/linemq/linemq/gateway/confval"
 	"github.com/linemq/linemq/storage/bolt"
 )
 
@@ -68,7 +68,7 @@ func (n *node) start(l net.Listener) {
 }
 
 // bridge starts a bridge on n (again after a restart, with the same config).
-func (n *node) bridge(cfg config.Bridge, nodeID string) *Bridge {
+func (n *node) bridge(cfg Config, nodeID string) *Bridge {
 	n.t.Helper()
 	b, err := New(Options{Config: cfg, NodeID: nodeID, Broker: n.srv, Store: n.st})
 	if err != nil {
@@ -230,12 +230,12 @@ func verify(t *testing.T, got []*paho.Publish, mapTopic func(string) string, ack
 	return dups
 }
 
-func siteConfig(remote string) config.Bridge {
-	return config.Bridge{
-		Name: "site", Addresses: []string{remote}, ReconnectDelay: config.Duration(200 * time.Millisecond),
-		DrainRate: config.Unlimited,
-		Out:       []config.BridgeRule{{Filter: "plant/#", Strip: "plant/", Prefix: "site/gw1/"}},
-		In:        []config.BridgeRule{{Filter: "cmd/gw1/#"}},
+func siteConfig(remote string) Config {
+	return Config{
+		Name: "site", Addresses: []string{remote}, ReconnectDelay: confval.Duration(200 * time.Millisecond),
+		DrainRate: confval.Unlimited,
+		Out:       []Rule{{Filter: "plant/#", Strip: "plant/", Prefix: "site/gw1/"}},
+		In:        []Rule{{Filter: "cmd/gw1/#"}},
 	}
 }
 
@@ -386,8 +386,8 @@ func TestQueueLimit(t *testing.T) {
 // other gateway once, and never comes back.
 func TestNoLoop(t *testing.T) {
 	r, a, bn := newNode(t), newNode(t), newNode(t)
-	both := config.Bridge{Name: "up", Addresses: []string{r.addr}, ReconnectDelay: config.Duration(200 * time.Millisecond),
-		Out: []config.BridgeRule{{Filter: "plant/#"}}, In: []config.BridgeRule{{Filter: "plant/#"}}}
+	both := Config{Name: "up", Addresses: []string{r.addr}, ReconnectDelay: confval.Duration(200 * time.Millisecond),
+		Out: []Rule{{Filter: "plant/#"}}, In: []Rule{{Filter: "plant/#"}}}
 	ba, bb := a.bridge(both, "gwA"), bn.bridge(both, "gwB")
 	brokertest.Eventually(t, wait, "both connected", func() bool {
 		return ba.Stats().State == StateConnected && bb.Stats().State == StateConnected

@@ -25,7 +25,7 @@ import (
 // queue, on the next connection.
 //
 // 3.1.1 has no user properties (the linemq-via mark is not sent) and no
-// No Local; config.ValidateBridges keeps in and out rules from meeting at
+// No Local; gateway/config keeps in and out rules from meeting at
 // the remote, which is the loop rule for this protocol.
 type link311 struct {
 	b      *Bridge

@@ -58,6 +58,7 @@ import (
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/gateway/auth"
+	"github.com/linemq/linemq/gateway/bridge"
 	"github.com/linemq/linemq/gateway/listen"
 	"github.com/linemq/linemq/hw"
 	"github.com/linemq/linemq/storage/bolt"
@@ -114,8 +115,9 @@ type Config struct {
 	// out (no cluster.listen), the gateway is standalone and needs no etcd.
 	Cluster Cluster `yaml:"cluster"`
 
-	// Bridges are uplinks to site or cloud brokers (bridge.go, docs/bridge.md).
-	Bridges []Bridge `yaml:"bridges"`
+	// Bridges are uplinks to site or cloud brokers: the section is
+	// gateway/bridge's (checked in bridge.go here; docs/bridge.md).
+	Bridges []bridge.Config `yaml:"bridges"`
 
 	// src records where each value came from (file and line, or a flag),
 	// for error messages. Nil for a Config built in code.

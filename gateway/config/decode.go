@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/linemq/linemq/gateway/confval"
 )
 
 // ErrUnknownKey is the Err of an [Error] about a key the schema does not
@@ -138,7 +140,7 @@ func Parse(data []byte, name string) (*Config, error) {
 		return c, nil // an empty file: all defaults
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, &Error{File: name, Line: root.Line, Err: fmt.Errorf("expected a mapping of keys at the top level, got %s", kindName(root))}
+		return nil, &Error{File: name, Line: root.Line, Err: fmt.Errorf("expected a mapping of keys at the top level, got %s", confval.KindName(root))}
 	}
 	w := walker{file: name, src: c.src}
 	w.decode(root, reflect.ValueOf(c).Elem(), "", root.Line)
@@ -265,14 +267,14 @@ func overrideError(origin, key, value string, errs []error) error {
 		if errors.As(err, &we) {
 			e.Err = we.Err
 		}
-		var mm *mismatch
+		var mm *confval.Mismatch
 		switch {
 		case errors.Is(e.Err, ErrUnknownKey):
 			e.Err = ErrUnknownKey
-		case errors.As(e.Err, &mm) && (mm.want == wantMapping || mm.want == wantList):
+		case errors.As(e.Err, &mm) && (mm.Want == wantMapping || mm.Want == wantList):
 			e.Err = errors.New("not a single value")
 		case errors.As(e.Err, &mm):
-			e.Err = fmt.Errorf("expected %s, got %q", mm.want, value)
+			e.Err = fmt.Errorf("expected %s, got %q", mm.Want, value)
 		}
 		out = append(out, e)
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/linemq/linemq/gateway/confval"
 )
 
 // walker decodes a yaml.Node tree onto a Go value by its fields' yaml
@@ -36,14 +38,6 @@ const (
 	wantMapping = "a mapping of keys"
 	wantList    = "a list"
 )
-
-// mismatch is a value of the wrong kind for its key.
-type mismatch struct {
-	want string // "an integer", wantMapping, ...
-	got  string // kindName of what the file has
-}
-
-func (m *mismatch) Error() string { return "expected " + m.want + ", got " + m.got }
 
 // fail records a problem with the value at path, whose key is on line.
 func (w *walker) fail(line int, path string, err error) {
@@ -103,7 +97,7 @@ func (w *walker) decode(n *yaml.Node, v reflect.Value, path string, line int) {
 		w.mapping(n, v, path, line)
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
-			w.fail(line, path, &mismatch{wantList, kindName(n)})
+			w.fail(line, path, &confval.Mismatch{Want: wantList, Got: confval.KindName(n)})
 			return
 		}
 		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
@@ -116,13 +110,13 @@ func (w *walker) decode(n *yaml.Node, v reflect.Value, path string, line int) {
 	default:
 		want := describe(v.Type())
 		if n.Kind != yaml.ScalarNode {
-			w.fail(line, path, &mismatch{want, kindName(n)})
+			w.fail(line, path, &confval.Mismatch{Want: want, Got: confval.KindName(n)})
 			return
 		}
 		// yaml.v3 converts a scalar to a Go value as it always has
 		// (yes/no into a bool, a number into a string, ...).
 		if err := n.Decode(v.Addr().Interface()); err != nil {
-			w.fail(line, path, &mismatch{want, kindName(n)})
+			w.fail(line, path, &confval.Mismatch{Want: want, Got: confval.KindName(n)})
 		}
 	}
 }
@@ -130,7 +124,7 @@ func (w *walker) decode(n *yaml.Node, v reflect.Value, path string, line int) {
 // mapping decodes the keys of n onto the fields of the struct v.
 func (w *walker) mapping(n *yaml.Node, v reflect.Value, path string, line int) {
 	if n.Kind != yaml.MappingNode {
-		w.fail(line, path, &mismatch{wantMapping, kindName(n)})
+		w.fail(line, path, &confval.Mismatch{Want: wantMapping, Got: confval.KindName(n)})
 		return
 	}
 	fields := fieldsOf(v.Type())
@@ -138,7 +132,7 @@ func (w *walker) mapping(n *yaml.Node, v reflect.Value, path string, line int) {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
 		if k.Kind != yaml.ScalarNode {
-			w.errs = append(w.errs, &Error{File: w.file, Line: k.Line, Err: &mismatch{"a string", kindName(k)}})
+			w.errs = append(w.errs, &Error{File: w.file, Line: k.Line, Err: &confval.Mismatch{Want: "a string", Got: confval.KindName(k)}})
 			continue
 		}
 		p := k.Value
