@@ -122,6 +122,13 @@ type ClusterInbound interface {
 	// its connection open, once the cluster has made sure that no other
 	// node does.
 	PublishWill(m *Message)
+	// WillPublishedElsewhere closes clientID's connection here, its
+	// session kept: the line published its will while this node was cut
+	// off from it (dead to the others), and the client, still connected,
+	// does not know. Reconnecting, it gives the line a will again, and a
+	// Sparkplug edge node announces itself anew (NBIRTH after the NDEATH
+	// the others saw).
+	WillPublishedElsewhere(clientID string)
 }
 
 var _ ClusterInbound = (*Server)(nil)

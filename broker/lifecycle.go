@@ -269,6 +269,24 @@ func (srv *Server) publishWill(w *will, now time.Time) {
 	srv.Publish(w.message(now))
 }
 
+// WillPublishedElsewhere implements ClusterInbound.
+func (srv *Server) WillPublishedElsewhere(clientID string) {
+	srv.mu.Lock()
+	sess := srv.sessions[clientID]
+	srv.mu.Unlock()
+	if sess == nil {
+		return
+	}
+	sess.mu.Lock()
+	c := sess.conn
+	sess.mu.Unlock()
+	if c == nil {
+		return
+	}
+	srv.log.Warn("closing a connection whose will the line published while this gateway was cut off", "client", clientID)
+	c.kickWith(packet.AdministrativeAction, "your will was published while this gateway was cut off from its line: connect again")
+}
+
 // PublishWill implements ClusterInbound.
 func (srv *Server) PublishWill(m *Message) {
 	srv.stats.willsPublished.Add(1)

@@ -262,6 +262,7 @@ func (n *Node) claim(ctx context.Context, clientID string, cleanStart bool, will
 	claim, err := n.reg.ClaimConnection(ctx, clientID, will)
 	if err == nil {
 		n.setClaimed(clientID, claim.Revision)
+		n.wills.claimed(clientID, will)
 	}
 	if err != nil && adopted && ctx.Err() == nil {
 		// Another node claimed the client meanwhile: the state stays with
@@ -470,6 +471,9 @@ func (n *Node) HandleEvent(ev registry.Event) {
 	if ev.Node == n.self {
 		if ev.Kind == registry.NodeJoined || ev.Kind == registry.NodeLeft {
 			n.nodesChanged()
+		}
+		if ev.Kind == registry.NodeJoined {
+			n.wills.leaseChanged() // perhaps back with a new lease: see wills.recheck
 		}
 		return // the broker holds its own members and routes itself
 	}

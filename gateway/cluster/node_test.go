@@ -184,6 +184,10 @@ func startNodesWith(t *testing.T, n int, set func(i int, o *registry.Options)) [
 		case <-time.After(15 * time.Second):
 			t.Fatalf("%s: registry not ready", name)
 		}
+		ctx, cancel := context.WithCancel(context.Background())
+		wills := make(chan struct{})
+		go func() { defer close(wills); node.KeepWills(ctx) }()
+		t.Cleanup(func() { cancel(); <-wills })
 		gws = append(gws, &gw{Server: s, reg: reg, node: node, path: path})
 	}
 	return gws
@@ -724,6 +728,58 @@ func TestSessionLostWhileCutOff(t *testing.T) {
 	on3.ExpectDisconnect(packet.SessionTakenOver)
 	t.Logf("node 3 closed its connection %v after the heal", time.Since(healed).Round(time.Millisecond))
 	on1.ExpectNothing(500 * time.Millisecond)
+}
+
+// TestWillsOfACutOffNode: a node cut off from etcd for longer than its
+// lease is dead to the line, which publishes its client's will (the
+// client, connected to it, cannot reach the rest of the line). When the
+// node is back, it closes that client's connection (0x98) without
+// publishing the will a second time: the client connects again and gives
+// the line a will again, where a Sparkplug edge node would otherwise never
+// send its birth after the death the others saw.
+func TestWillsOfACutOffNode(t *testing.T) {
+	cli3, proxy := shared.ProxiedClient(t)
+	gws := startNodesWith(t, 3, func(i int, o *registry.Options) {
+		o.TTL = 2 * time.Second
+		o.WatchCheck, o.WatchTimeout, o.RequestTimeout = 100*time.Millisecond, time.Second, time.Second
+		if i == 3 {
+			o.Client = cli3
+		}
+	})
+	watcher := subscribe(t, gws[0], "watcher", "will/#")
+	defer watcher.Conn.Close()
+	cp := &packet.Connect{Version: packet.V5, ClientID: []byte("edge"), CleanStart: true,
+		WillFlag: true, WillQoS: 1, WillTopic: []byte("will/edge"), WillPayload: []byte("NDEATH")}
+	cp.Props.Set(packet.PropSessionExpiry)
+	cp.Props.SessionExpiry = 3600
+	edge, _ := brokertest.Connect(t, gws[2].Addr, cp)
+	defer edge.Conn.Close()
+
+	proxy.Cut()
+	if got := next(watcher, 15*time.Second); got != "NDEATH" {
+		t.Fatalf("the will of node 3's client: %q, want NDEATH", got)
+	}
+	healed := time.Now()
+	proxy.Resume()
+	edge.ExpectDisconnect(packet.AdministrativeAction)
+	t.Logf("node 3 closed its client %v after the heal", time.Since(healed).Round(time.Millisecond))
+	if got := next(watcher, time.Second); got != "" {
+		t.Fatalf("the will published a second time: %q", got)
+	}
+	// The client comes back, with its will held by the line again, and
+	// its session (expiry 3600) was kept.
+	cp.CleanStart = false
+	again, ack := brokertest.Connect(t, gws[2].Addr, cp)
+	defer again.Conn.Close()
+	if !ack.SessionPresent {
+		t.Error("the session did not survive the close")
+	}
+	brokertest.Eventually(t, 10*time.Second, "the line holds the will again", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, ok, _ := gws[0].reg.Will(ctx, "edge")
+		return ok
+	})
 }
 
 // TestMemberLeavesMidStream is issue 21's fourth recipe: while a member on

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,12 +37,24 @@ import (
 //   - a node that comes back (restarted on its data, or back from a
 //     partition longer than its lease) never publishes the wills of its
 //     earlier run or of a connection whose record the line took
-//     (Node.TakeWill).
+//     (Node.TakeWill); back from a partition, it closes the connections
+//     whose wills the line published meanwhile (their clients, still
+//     connected, would never know: a Sparkplug edge node would never send
+//     its birth again after the death the others saw);
+//   - a node that comes back before an orphan's will is due is alive
+//     after all: the will is not published.
 
 // willSweepEvery bounds how long an orphaned record can wait for a sweep
 // when the event that should have started one was missed (this node was
 // cut off from etcd when the other died).
 const willSweepEvery = 30 * time.Second
+
+// recheckAgain is when, after a new lease, this node's records are checked
+// a second time; leaseWait how often they wait for one.
+const (
+	recheckAgain = 5 * time.Second
+	leaseWait    = 200 * time.Millisecond
+)
 
 // maxWillRecord bounds a will record (etcd's requests are limited to
 // 1.5 MiB by default, and every claim transaction carries its record).
@@ -84,11 +97,18 @@ type wills struct {
 	n     *Node
 	seq   atomic.Uint64
 	sweep chan struct{} // a sweep is wanted
+	// relook asks for a recheck of this node's own records, on its own
+	// goroutine: a sweep may be waiting out an unreachable etcd, and a
+	// node back from a cut-off must close its clients at once.
+	relook chan struct{}
 
 	mu      sync.Mutex
 	heard   map[string]time.Time     // nodes that left: when last heard from
 	pending map[string]*orphanedWill // by client
 	drops   map[string]string        // records to delete that could not be: client → value
+	held    map[string]string        // this node's connections' records: client → value
+	lease   int64                    // the lease the held records were last checked against
+	again   bool                     // a second pass after a new lease is scheduled or done
 
 	published, cancelled atomic.Uint64
 }
@@ -97,14 +117,16 @@ type wills struct {
 type orphanedWill struct {
 	rev   int64
 	node  string
+	epoch uint64
 	will  *broker.Will
 	timer *time.Timer
 }
 
 func newWills(n *Node) *wills {
 	return &wills{
-		n: n, sweep: make(chan struct{}, 1),
+		n: n, sweep: make(chan struct{}, 1), relook: make(chan struct{}, 1),
 		heard: map[string]time.Time{}, pending: map[string]*orphanedWill{}, drops: map[string]string{},
+		held: map[string]string{},
 	}
 }
 
@@ -126,6 +148,84 @@ func (w *wills) record(cw *broker.Will) (string, error) {
 	return string(b), nil
 }
 
+// claimed notes the record a claim of client wrote (ref), or that it wrote
+// none (ref empty).
+func (w *wills) claimed(client, ref string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ref == "" {
+		delete(w.held, client)
+	} else {
+		w.held[client] = ref
+	}
+}
+
+// released forgets client's record ref, once published or discarded here.
+func (w *wills) released(client, ref string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.held[client] == ref {
+		delete(w.held, client)
+	}
+}
+
+// recheck runs when this node's lease changed: it lost its lease (cut off
+// from etcd for longer than it) and has a new one. Every record of a
+// connection here that the line took meanwhile was published as a will:
+// that connection is closed, so that its client connects again.
+func (w *wills) recheck(ctx context.Context) {
+	reg := w.n.reg
+	lease := int64(reg.Lease())
+	if lease == 0 {
+		// Between leases: the registry is taking a new one. Look again
+		// shortly rather than wait for an event that has come already.
+		if ctx.Err() == nil {
+			time.AfterFunc(leaseWait, w.leaseChanged)
+		}
+		return
+	}
+	w.mu.Lock()
+	if lease == w.lease {
+		w.mu.Unlock()
+		return
+	}
+	first := w.lease == 0
+	w.lease = lease
+	held := maps.Clone(w.held)
+	again := !first && !w.again
+	w.again = again
+	w.mu.Unlock()
+	if first {
+		return // this run's first lease: nothing can have been taken
+	}
+	if again {
+		// Once more a little later: another node whose copy had not yet
+		// seen this one back may have taken a record just after this pass.
+		time.AfterFunc(recheckAgain, func() {
+			w.mu.Lock()
+			w.lease = -1
+			w.mu.Unlock()
+			w.leaseChanged()
+		})
+	}
+	for client, ref := range held {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rec, ok, err := reg.Will(rctx, client)
+		cancel()
+		switch {
+		case err != nil:
+			w.mu.Lock()
+			w.lease = -1 // check again at the next sweep
+			w.mu.Unlock()
+			return
+		case ok && string(rec.Value) == ref:
+			continue // still this connection's: nobody took it
+		}
+		w.released(client, ref)
+		w.n.srv.WillPublishedElsewhere(client)
+	}
+}
+
 // left notes that node left the registry, last heard from at heard, and
 // asks for a sweep.
 func (w *wills) left(node string, heard time.Time) {
@@ -138,19 +238,39 @@ func (w *wills) left(node string, heard time.Time) {
 	w.wake()
 }
 
-func (w *wills) wake() {
+func (w *wills) wake() { signal(w.sweep) }
+
+// leaseChanged asks for a recheck of this node's records: it may be back
+// with a new lease.
+func (w *wills) leaseChanged() { signal(w.relook) }
+
+func signal(c chan struct{}) {
 	select {
-	case w.sweep <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }
 
 // run sweeps at once, then whenever asked and every willSweepEvery, until
-// ctx ends.
+// ctx ends; and rechecks this node's own records whenever its lease may
+// have changed.
 func (w *wills) run(ctx context.Context) {
 	t := time.NewTicker(willSweepEvery)
 	defer t.Stop()
 	defer w.stopAll()
+	done := make(chan struct{})
+	defer func() { <-done }()
+	go func() {
+		defer close(done)
+		for {
+			w.recheck(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.relook:
+			}
+		}
+	}()
 	for {
 		w.sweepOnce(ctx)
 		select {
@@ -158,6 +278,7 @@ func (w *wills) run(ctx context.Context) {
 			return
 		case <-w.sweep:
 		case <-t.C:
+			w.leaseChanged()
 		}
 	}
 }
@@ -215,7 +336,7 @@ func (w *wills) sweepOnce(ctx context.Context) {
 		// The node was alive until it missed a ping: the delay counts from
 		// then at the earliest, so a will is never early.
 		due := time.Until(heard.Add(peer.DefaultPingInterval + cw.Due()))
-		p := &orphanedWill{rev: rec.ModRevision, node: v.Node, will: cw}
+		p := &orphanedWill{rev: rec.ModRevision, node: v.Node, epoch: v.Epoch, will: cw}
 		client := rec.Client
 		p.timer = time.AfterFunc(max(due, 0), func() { w.publish(ctx, client, p) })
 		w.pending[client] = p
@@ -225,6 +346,17 @@ func (w *wills) sweepOnce(ctx context.Context) {
 // publish takes a due orphaned will's record and, if this node got it,
 // publishes the will.
 func (w *wills) publish(ctx context.Context, client string, p *orphanedWill) {
+	if info, ok := w.n.reg.NodeInfo(p.node); ok && info.Epoch == p.epoch {
+		// Back (it was cut off from etcd for a moment, not dead): its
+		// client is still connected to it, and the will is its own again.
+		w.mu.Lock()
+		if w.pending[client] == p {
+			delete(w.pending, client)
+		}
+		w.mu.Unlock()
+		w.cancelled.Add(1)
+		return
+	}
 	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	took, err := w.n.reg.TakeWill(tctx, client, p.rev)
 	cancel()
@@ -270,6 +402,7 @@ func (w *wills) take(client, ref string) bool {
 	if ref == "" {
 		return false // an earlier run's: the line publishes it from its record
 	}
+	w.released(client, ref)
 	var v willValue
 	if err := json.Unmarshal([]byte(ref), &v); err != nil {
 		return true
@@ -304,6 +437,7 @@ func (w *wills) drop(client, ref string) {
 	if ref == "" {
 		return
 	}
+	w.released(client, ref)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
