@@ -14,6 +14,11 @@ import (
 // Client is a packet-level MQTT client over a real TCP connection. It sends
 // exactly the bytes it is told to and decodes what comes back, so tests can
 // drive protocol errors and check every field of the broker's answers.
+//
+// A Client made as a literal, with only Conn and Version, has no test to
+// fail: use just Read and Write on it. That suits connections to a process
+// that may die at any moment, where a failed write or read means reconnect,
+// not a failed test.
 type Client struct {
 	t       testing.TB
 	Conn    net.Conn
@@ -52,10 +57,17 @@ func Connect(t testing.TB, addr string, c *packet.Connect) (*Client, *packet.Con
 // Send writes raw bytes.
 func (c *Client) Send(b []byte) {
 	c.t.Helper()
-	c.Conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Conn.Write(b); err != nil {
+	if err := c.Write(b); err != nil {
 		c.t.Fatalf("write: %v", err)
 	}
+}
+
+// Write writes raw bytes like Send but returns the error instead of failing
+// the test, for connections expected to break (see Read).
+func (c *Client) Write(b []byte) error {
+	c.Conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_, err := c.Conn.Write(b)
+	return err
 }
 
 // Publish sends a PUBLISH.

@@ -101,11 +101,11 @@ bridges:
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.write((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("site/#"), QoS: 1}}}).Append(nil, packet.V5))
-	if h, _, err := c.read(5 * time.Second); err != nil || h.Type != packet.SUBACK {
+	c.Write((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("site/#"), QoS: 1}}}).Append(nil, packet.V5))
+	if h, _, err := c.Read(5 * time.Second); err != nil || h.Type != packet.SUBACK {
 		t.Fatalf("subscribe: %v %v", h.Type, err)
 	}
-	c.nc.Close()
+	c.Conn.Close()
 
 	var stop atomic.Bool
 	got := &bridgeTracker{got: make(map[string][]uint64)}
@@ -208,9 +208,9 @@ bridges:
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc.write((&packet.Publish{Topic: []byte("plant/marker"), QoS: 1, PacketID: 1, Payload: []byte("1")}).Append(nil, packet.V5))
+	mc.Write((&packet.Publish{Topic: []byte("plant/marker"), QoS: 1, PacketID: 1, Payload: []byte("1")}).Append(nil, packet.V5))
 	waitAll(map[string][]uint64{"plant/marker": {1}}, "the marker")
-	mc.nc.Close()
+	mc.Conn.Close()
 	stop.Store(true)
 	recvWG.Wait()
 	missing, dups, disorder := got.check(acked)

@@ -49,7 +49,7 @@ func freeAddrs(t *testing.T, n int) []string {
 // worker is a persistent share-group member reading in the background.
 type worker struct {
 	got     *crashTracker
-	conn    *mqttConn
+	conn    *brokertest.Client
 	done    chan struct{}
 	n       atomic.Int64 // messages received on this connection
 	present bool         // the CONNACK's Session Present
@@ -70,13 +70,13 @@ func startSubscriber(t *testing.T, addr, id, filter string, clean bool, got *cra
 		t.Fatalf("%s: %v", id, err)
 	}
 	if clean {
-		c.write((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte(filter), QoS: 1}}}).Append(nil, packet.V5))
+		c.Write((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte(filter), QoS: 1}}}).Append(nil, packet.V5))
 	}
 	w := &worker{got: got, conn: c, done: make(chan struct{}), present: present}
 	go func() {
 		defer close(w.done)
 		for {
-			h, body, err := c.read(time.Minute)
+			h, body, err := c.Read(time.Minute)
 			if err != nil {
 				return
 			}
@@ -91,7 +91,7 @@ func startSubscriber(t *testing.T, addr, id, filter string, clean bool, got *cra
 				got.addCopy(seq, p.Dup)
 				w.n.Add(1)
 			}
-			c.write((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+			c.Write((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
 		}
 	}()
 	return w
@@ -206,7 +206,7 @@ func (c *cluster3) leader() int {
 // stopped or its node goes away, recording those acknowledged.
 type publisher struct {
 	tag     uint64 // payloads are tag*1e9 + seq
-	conn    *mqttConn
+	conn    *brokertest.Client
 	stop    chan struct{}
 	done    chan struct{}
 	mu      sync.Mutex
@@ -234,12 +234,12 @@ func startPublisher(t *testing.T, addr string, tag uint64) *publisher {
 			payload := strconv.FormatUint(tag*1e9+seq, 10)
 			sent := time.Now()
 			pub := packet.Publish{Topic: []byte("cl/x"), QoS: 1, PacketID: uint16(seq%60000 + 1), Payload: []byte(payload)}
-			if c.write(pub.Append(nil, packet.V5)) != nil {
+			if c.Write(pub.Append(nil, packet.V5)) != nil {
 				return
 			}
 			// Long enough to outlast a frozen node: the publish is
 			// acknowledged once it wakes, or never if its node died.
-			h, body, err := c.read(30 * time.Second)
+			h, body, err := c.Read(30 * time.Second)
 			if err != nil || h.Type != packet.PUBACK {
 				return
 			}
@@ -294,7 +294,7 @@ func (p *publisher) finish() []uint64 {
 		close(p.stop)
 	}
 	<-p.done
-	p.conn.nc.Close()
+	p.conn.Conn.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.acked
@@ -325,7 +325,7 @@ func clusterFault(t *testing.T, fault string) {
 		c.ds[victim].cmd.Process.Kill()
 	case "move":
 		victim = 0
-		workers[0].conn.nc.Close() // the member drops off node 1 ...
+		workers[0].conn.Conn.Close() // the member drops off node 1 ...
 		<-workers[0].done
 	}
 	flow(t, pubs, 300) // traffic during the fault, from the publishers left (about 2 s)
@@ -455,12 +455,12 @@ func TestClusterRestartedNodeSettlesQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pub.nc.Close()
+	defer pub.Conn.Close()
 	var pid uint16
 	publish := func(payload uint64) packet.ReasonCode {
 		pid++
-		pub.write((&packet.Publish{Topic: []byte("cl/x"), QoS: 1, PacketID: pid, Payload: []byte(strconv.FormatUint(payload, 10))}).Append(nil, packet.V5))
-		h, body, err := pub.read(10 * time.Second)
+		pub.Write((&packet.Publish{Topic: []byte("cl/x"), QoS: 1, PacketID: pid, Payload: []byte(strconv.FormatUint(payload, 10))}).Append(nil, packet.V5))
+		h, body, err := pub.Read(10 * time.Second)
 		if err != nil || h.Type != packet.PUBACK {
 			t.Fatalf("no PUBACK: %v", err)
 		}
@@ -477,7 +477,7 @@ func TestClusterRestartedNodeSettlesQueue(t *testing.T) {
 	}) {
 		t.Fatal("node 1 never routed to the member on node 3")
 	}
-	stB.conn.nc.Close() // offline; its session (expiry 3600) stays on node 3
+	stB.conn.Conn.Close() // offline; its session (expiry 3600) stays on node 3
 	<-stB.done
 	var acked []uint64
 	for seq := uint64(1); seq <= 20; seq++ {
@@ -500,13 +500,13 @@ func TestClusterRestartedNodeSettlesQueue(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 			return false
 		}
-		probe.nc.Close()
+		probe.Conn.Close()
 		return true
 	}) {
 		t.Fatal("stB could not resume on node 1")
 	}
 	resumed = startWorker(t, c.addrs[0], "stB", true, got)
-	defer resumed.conn.nc.Close()
+	defer resumed.conn.Conn.Close()
 	c.restart(2)
 	if !waitFor(30*time.Second, func() bool { m, _ := got.missing(acked); return m == 0 }) {
 		m, _ := got.missing(acked)
@@ -538,7 +538,7 @@ func TestClusterLineStopsTogether(t *testing.T) {
 		t.Skip("processes and an etcd quorum")
 	}
 	c := startCluster3(t)
-	var clients []*mqttConn
+	var clients []*brokertest.Client
 	for i := range 3 {
 		w, _, err := dialMQTT(c.addrs[i], fmt.Sprint("w", i+1), false)
 		if err != nil {
@@ -548,7 +548,7 @@ func TestClusterLineStopsTogether(t *testing.T) {
 	}
 	defer func() {
 		for _, w := range clients {
-			w.nc.Close()
+			w.Conn.Close()
 		}
 	}()
 	at := time.Now()
@@ -772,8 +772,8 @@ func routedEverywhere(t *testing.T, c *cluster3, workers [3]*worker) {
 		for n := uint64(1); ; n++ {
 			before := [3]int64{workers[0].n.Load(), workers[1].n.Load(), workers[2].n.Load()}
 			for range 3 {
-				probe.write((&packet.Publish{Topic: []byte("cl/x"), QoS: 1, PacketID: 1, Payload: []byte(strconv.FormatUint(9e12+n, 10))}).Append(nil, packet.V5))
-				probe.read(5 * time.Second)
+				probe.Write((&packet.Publish{Topic: []byte("cl/x"), QoS: 1, PacketID: 1, Payload: []byte(strconv.FormatUint(9e12+n, 10))}).Append(nil, packet.V5))
+				probe.Read(5 * time.Second)
 			}
 			if waitFor(2*time.Second, func() bool {
 				return workers[0].n.Load() > before[0] && workers[1].n.Load() > before[1] && workers[2].n.Load() > before[2]
@@ -784,7 +784,7 @@ func routedEverywhere(t *testing.T, c *cluster3, workers [3]*worker) {
 				t.Fatalf("node %d never routed to every member", i+1)
 			}
 		}
-		probe.nc.Close()
+		probe.Conn.Close()
 	}
 }
 
@@ -799,7 +799,7 @@ func TestClusterMemberLeaves(t *testing.T) {
 	c, got, workers := startShareLine(t)
 	pubs := []*publisher{startPublisher(t, c.addrs[0], 1), startPublisher(t, c.addrs[2], 3)}
 	flow(t, pubs, 100) // traffic before the member leaves
-	workers[1].conn.write((&packet.Unsubscribe{PacketID: 2, Filters: [][]byte{[]byte("$share/g/cl/#")}}).Append(nil, packet.V5))
+	workers[1].conn.Write((&packet.Unsubscribe{PacketID: 2, Filters: [][]byte{[]byte("$share/g/cl/#")}}).Append(nil, packet.V5))
 	flow(t, pubs, 300) // traffic while and after it leaves
 	refused := map[packet.ReasonCode]int{}
 	var acked []uint64
@@ -835,7 +835,7 @@ func TestClusterRestartedNodeKeepsNoMovedMember(t *testing.T) {
 	c := startCluster3(t)
 	got := &crashTracker{seen: map[uint64]int{}}
 	stA := startWorker(t, c.addrs[0], "stA", true, got)
-	defer stA.conn.nc.Close()
+	defer stA.conn.Conn.Close()
 	stB := startWorker(t, c.addrs[2], "stB", true, got)
 	routed := func(w *worker) bool {
 		p := startPublisher(t, c.addrs[0], 9000)
@@ -846,7 +846,7 @@ func TestClusterRestartedNodeKeepsNoMovedMember(t *testing.T) {
 	if !routed(stB) {
 		t.Fatal("node 1 never routed to the member on node 3")
 	}
-	stB.conn.nc.Close() // offline; its session (expiry 3600) stays on node 3
+	stB.conn.Conn.Close() // offline; its session (expiry 3600) stays on node 3
 	<-stB.done
 
 	c.ds[2].cmd.Process.Kill()
@@ -860,7 +860,7 @@ func TestClusterRestartedNodeKeepsNoMovedMember(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 			return false
 		}
-		c.nc.Close()
+		c.Conn.Close()
 		if !present {
 			t.Errorf("stB resumed on node 1 with Session Present 0: node 3 did not hand its session over")
 		}
@@ -869,9 +869,9 @@ func TestClusterRestartedNodeKeepsNoMovedMember(t *testing.T) {
 		t.Fatal("stB could not resume on node 1")
 	}
 	resumed = startWorker(t, c.addrs[0], "stB", false, got)
-	defer resumed.conn.nc.Close()
+	defer resumed.conn.Conn.Close()
 	if t.Failed() {
-		resumed.conn.write((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("$share/g/cl/#"), QoS: 1}}}).Append(nil, packet.V5))
+		resumed.conn.Write((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("$share/g/cl/#"), QoS: 1}}}).Append(nil, packet.V5))
 	}
 
 	pubs := []*publisher{startPublisher(t, c.addrs[0], 1), startPublisher(t, c.addrs[1], 2)}

@@ -78,29 +78,25 @@ func (c *crashTracker) missing(acked []uint64) (missing int, dups int) {
 	return missing, dups
 }
 
-// mqttConn is a v5 client over one TCP connection, for a process that may
-// die at any moment: unlike brokertest.Connect it reports failures instead
-// of failing the test, so the caller can reconnect.
-type mqttConn struct {
-	*brokertest.Client
-	nc net.Conn
-}
-
-func dialMQTT(addr, id string, clean bool) (*mqttConn, bool, error) {
+// dialMQTT connects id to addr as a v5 client with a session expiry of an
+// hour, for a process that may die at any moment: unlike brokertest.Connect
+// it reports failures instead of failing the test, so the caller can
+// reconnect. It returns the CONNACK's session present flag.
+func dialMQTT(addr, id string, clean bool) (*brokertest.Client, bool, error) {
 	nc, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return nil, false, err
 	}
-	// brokertest.Client's Read never fails the test itself.
-	c := &mqttConn{Client: &brokertest.Client{Conn: nc, Version: packet.V5}, nc: nc}
+	// A Client without a test: its Read and Write never fail the test.
+	c := &brokertest.Client{Conn: nc, Version: packet.V5}
 	cp := packet.Connect{ProtocolName: []byte("MQTT"), Version: packet.V5, ClientID: []byte(id), CleanStart: clean}
 	cp.Props.Set(packet.PropSessionExpiry)
 	cp.Props.SessionExpiry = 3600
-	if err := c.write(cp.Append(nil)); err != nil {
+	if err := c.Write(cp.Append(nil)); err != nil {
 		nc.Close()
 		return nil, false, err
 	}
-	h, body, err := c.read(5 * time.Second)
+	h, body, err := c.Read(5 * time.Second)
 	if err != nil || h.Type != packet.CONNACK {
 		nc.Close()
 		return nil, false, fmt.Errorf("no CONNACK: %v", err)
@@ -111,16 +107,6 @@ func dialMQTT(addr, id string, clean bool) (*mqttConn, bool, error) {
 		return nil, false, fmt.Errorf("CONNACK %v %v", ca.Reason, err)
 	}
 	return c, ca.SessionPresent, nil
-}
-
-func (c *mqttConn) write(b []byte) error {
-	c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	_, err := c.nc.Write(b)
-	return err
-}
-
-func (c *mqttConn) read(timeout time.Duration) (packet.FixedHeader, []byte, error) {
-	return c.Client.Read(timeout)
 }
 
 // TestCrashRecovery is the persistence acceptance test: a real linemq
@@ -166,22 +152,22 @@ func crashRecovery(t *testing.T, mode string) {
 		t.Fatal(err)
 	}
 	ret := packet.Publish{Topic: []byte("crash/config"), QoS: 1, PacketID: 1, Retain: true, Payload: []byte("retained-v1")}
-	c.write(ret.Append(nil, packet.V5))
-	if h, _, err := c.read(5 * time.Second); err != nil || h.Type != packet.PUBACK {
+	c.Write(ret.Append(nil, packet.V5))
+	if h, _, err := c.Read(5 * time.Second); err != nil || h.Type != packet.PUBACK {
 		t.Fatalf("retained publish: %v %v", h.Type, err)
 	}
-	c.nc.Close()
+	c.Conn.Close()
 	subscribe := func(id string) {
 		c, _, err := dialMQTT(addr, id, true)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s := packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("crash/data/#"), QoS: 1}}}
-		c.write(s.Append(nil, packet.V5))
-		if h, _, err := c.read(5 * time.Second); err != nil || h.Type != packet.SUBACK {
+		c.Write(s.Append(nil, packet.V5))
+		if h, _, err := c.Read(5 * time.Second); err != nil || h.Type != packet.SUBACK {
 			t.Fatalf("subscribe %s: %v %v", id, h.Type, err)
 		}
-		c.nc.Close()
+		c.Conn.Close()
 	}
 	names := []string{"online-1", "online-2", "away"}
 	trackers := map[string]*crashTracker{}
@@ -286,11 +272,11 @@ func crashRecovery(t *testing.T, mode string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.nc.Close()
+	defer c.Conn.Close()
 	s := packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("crash/config"), QoS: 1}}}
-	c.write(s.Append(nil, packet.V5))
+	c.Write(s.Append(nil, packet.V5))
 	for {
-		h, body, err := c.read(5 * time.Second)
+		h, body, err := c.Read(5 * time.Second)
 		if err != nil {
 			t.Fatalf("no retained message after the crashes: %v", err)
 		}
@@ -329,11 +315,11 @@ func publishSeq(addr, id, topic string, first uint64, stop *atomic.Bool, payload
 		}
 		for !stop.Load() {
 			m := packet.Publish{Topic: []byte(topic), QoS: 1, PacketID: uint16(seq%60000) + 1, Payload: payload(seq)}
-			err := c.write(m.Append(nil, packet.V5))
+			err := c.Write(m.Append(nil, packet.V5))
 			var h packet.FixedHeader
 			var body []byte
 			if err == nil {
-				h, body, err = c.read(5 * time.Second)
+				h, body, err = c.Read(5 * time.Second)
 			}
 			var a packet.Ack
 			if err == nil && h.Type == packet.PUBACK && a.Decode(packet.V5, h.Type, body) == nil && !a.Reason.IsError() {
@@ -344,7 +330,7 @@ func publishSeq(addr, id, topic string, first uint64, stop *atomic.Bool, payload
 				break
 			}
 		}
-		c.nc.Close()
+		c.Conn.Close()
 	}
 }
 
@@ -360,7 +346,7 @@ func readSession(addr, id string, stop *atomic.Bool, handle func(*packet.Publish
 			continue
 		}
 		for {
-			h, body, err := c.read(200 * time.Millisecond)
+			h, body, err := c.Read(200 * time.Millisecond)
 			if err != nil {
 				var ne net.Error
 				if errAs(err, &ne) && ne.Timeout() && !stop.Load() {
@@ -376,10 +362,10 @@ func readSession(addr, id string, stop *atomic.Bool, handle func(*packet.Publish
 				break
 			}
 			handle(&p)
-			if c.write((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5)) != nil {
+			if c.Write((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5)) != nil {
 				break
 			}
 		}
-		c.nc.Close()
+		c.Conn.Close()
 	}
 }

@@ -33,12 +33,12 @@ func plainSubscriberFault(t *testing.T, fault string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pub.nc.Close()
+	defer pub.Conn.Close()
 	var pid uint16
 	publish := func(payload uint64) (packet.ReasonCode, bool) {
 		pid++
-		pub.write((&packet.Publish{Topic: []byte("plain/t"), QoS: 1, PacketID: pid, Payload: []byte(strconv.FormatUint(payload, 10))}).Append(nil, packet.V5))
-		h, body, err := pub.read(10 * time.Second)
+		pub.Write((&packet.Publish{Topic: []byte("plain/t"), QoS: 1, PacketID: pid, Payload: []byte(strconv.FormatUint(payload, 10))}).Append(nil, packet.V5))
+		h, body, err := pub.Read(10 * time.Second)
 		if err != nil || h.Type != packet.PUBACK {
 			return 0, false
 		}
@@ -129,5 +129,5 @@ func plainSubscriberFault(t *testing.T, fault string) {
 	}
 	_, dups := got.missing(acked)
 	t.Logf("all %d acknowledged messages reached the historian; %d second copies, all with DUP", len(acked), dups)
-	hist.conn.nc.Close()
+	hist.conn.Conn.Close()
 }

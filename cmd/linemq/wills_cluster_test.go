@@ -16,7 +16,7 @@ import (
 // willWatcher is a clean QoS 1 subscriber to will/# that records when each
 // will topic arrives.
 type willWatcher struct {
-	conn *mqttConn
+	conn *brokertest.Client
 	mu   sync.Mutex
 	got  map[string][]time.Time
 }
@@ -27,12 +27,12 @@ func watchWills(t *testing.T, addr string) *willWatcher {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.nc.Close() })
-	c.write((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("will/#"), QoS: 1}}}).Append(nil, packet.V5))
+	t.Cleanup(func() { c.Conn.Close() })
+	c.Write((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte("will/#"), QoS: 1}}}).Append(nil, packet.V5))
 	w := &willWatcher{conn: c, got: map[string][]time.Time{}}
 	go func() {
 		for {
-			h, body, err := c.read(5 * time.Minute)
+			h, body, err := c.Read(5 * time.Minute)
 			if err != nil {
 				return
 			}
@@ -47,7 +47,7 @@ func watchWills(t *testing.T, addr string) *willWatcher {
 			w.got[string(p.Topic)] = append(w.got[string(p.Topic)], time.Now())
 			w.mu.Unlock()
 			if p.QoS > 0 {
-				c.write((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+				c.Write((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
 			}
 		}
 	}()
@@ -72,12 +72,12 @@ func (w *willWatcher) count() int {
 
 // dialWithWill connects id to addr with a QoS 1 will on will/<id>, the
 // given Will Delay Interval and session expiry.
-func dialWithWill(addr, id string, delay, expiry uint32) (*mqttConn, error) {
+func dialWithWill(addr, id string, delay, expiry uint32) (*brokertest.Client, error) {
 	nc, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return nil, err
 	}
-	c := &mqttConn{Client: &brokertest.Client{Conn: nc, Version: packet.V5}, nc: nc}
+	c := &brokertest.Client{Conn: nc, Version: packet.V5}
 	cp := packet.Connect{ProtocolName: []byte("MQTT"), Version: packet.V5, ClientID: []byte(id), CleanStart: true,
 		WillFlag: true, WillQoS: 1, WillTopic: []byte("will/" + id), WillPayload: []byte("dead")}
 	if expiry > 0 {
@@ -88,18 +88,18 @@ func dialWithWill(addr, id string, delay, expiry uint32) (*mqttConn, error) {
 		cp.WillProps.Set(packet.PropWillDelay)
 		cp.WillProps.WillDelay = delay
 	}
-	if err := c.write(cp.Append(nil)); err != nil {
-		c.nc.Close()
+	if err := c.Write(cp.Append(nil)); err != nil {
+		c.Conn.Close()
 		return nil, err
 	}
-	h, body, err := c.read(5 * time.Second)
+	h, body, err := c.Read(5 * time.Second)
 	if err != nil || h.Type != packet.CONNACK {
-		c.nc.Close()
+		c.Conn.Close()
 		return nil, fmt.Errorf("no CONNACK: %v", err)
 	}
 	var ca packet.Connack
 	if err := ca.Decode(packet.V5, body); err != nil || ca.Reason != packet.Success {
-		c.nc.Close()
+		c.Conn.Close()
 		return nil, fmt.Errorf("CONNACK %v %v", ca.Reason, err)
 	}
 	return c, nil
@@ -130,7 +130,7 @@ func TestClusterWillsOfADeadGateway(t *testing.T) {
 
 	const n = 50
 	delays := map[string]uint32{}
-	var conns []*mqttConn
+	var conns []*brokertest.Client
 	for i := range n {
 		id := fmt.Sprintf("edge%02d", i)
 		var delay, expiry uint32
@@ -157,7 +157,7 @@ func TestClusterWillsOfADeadGateway(t *testing.T) {
 	conns = append(conns, back)
 	defer func() {
 		for _, cc := range conns {
-			cc.nc.Close()
+			cc.Conn.Close()
 		}
 	}()
 	// The watcher's subscription is routed to the victim (its SUBACK waited

@@ -152,7 +152,7 @@ func TestV5ACLOverSockets(t *testing.T) {
 
 	// Publishing: allowed, denied with PUBACK 0x87, and a denied message
 	// reaches nobody.
-	if r := puback(t, alice, "secret/x"); r != 0x87 {
+	if r := alice.Puback("secret/x", "x"); r != 0x87 {
 		t.Errorf("alice publish to secret/x: PUBACK 0x%02X, want 0x87", r)
 	}
 	if r := alice.Pub("data/x", 1, false, "ok"); r == nil || r.ReasonCode >= 0x80 {
@@ -189,19 +189,6 @@ func suback(t *testing.T, c *mqtttest.V5, opts ...paho.SubscribeOptions) *paho.S
 		t.Fatalf("subscribe: %v", err)
 	}
 	return sa
-}
-
-// puback publishes at QoS 1 and returns the PUBACK's reason code, refusals
-// included.
-func puback(t *testing.T, c *mqtttest.V5, topic string) byte {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	r, err := c.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte("x")})
-	if r == nil {
-		t.Fatalf("publish: %v", err)
-	}
-	return r.ReasonCode
 }
 
 // TestV311ACLOverSockets: 3.1.1 has SUBACK 0x80 for a refused filter, and

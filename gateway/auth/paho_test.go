@@ -26,16 +26,16 @@ func TestPahoInteropACL(t *testing.T) {
 		t.Errorf("SUBACK % X, want % X", sa.Reasons, want)
 	}
 	for _, topic := range []string{"TopicA", "TopicA/B", "Topic/C", "TopicA/C", "/TopicA"} {
-		if rc := puback(t, c, topic); rc >= 0x80 {
+		if rc := c.Puback(topic, "x"); rc >= 0x80 {
 			t.Errorf("publish %s: 0x%02X", topic, rc)
 		}
 	}
 	for _, topic := range []string{"$TopicA/B", "$client_test5/TopicA/B"} {
-		if rc := puback(t, c, topic); rc >= 0x80 {
+		if rc := c.Puback(topic, "x"); rc >= 0x80 {
 			t.Errorf("publish %s: 0x%02X", topic, rc)
 		}
 	}
-	if rc := puback(t, c, "test/nosubscribe"); rc != 0x87 {
+	if rc := c.Puback("test/nosubscribe", "x"); rc != 0x87 {
 		t.Errorf("publish test/nosubscribe: 0x%02X, want 0x87", rc)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/gateway/auth"
+	"github.com/linemq/linemq/internal/mqtttest"
 )
 
 func TestMain(m *testing.M) { brokertest.Main(m) }
@@ -58,79 +59,14 @@ func serve(t *testing.T, a broker.Authenticator, bo broker.Options, ls ...*Liste
 	return srv
 }
 
-// v5 is a paho.golang client on an established connection.
-type v5 struct {
-	*paho.Client
-	msgs chan *paho.Publish
-}
-
-// connectV5 runs a paho.golang client over nc (through viaTCP unless nc
-// is TCP) and returns it with the CONNACK's reason code; the client is
-// connected only when that is 0.
-func connectV5(t *testing.T, nc net.Conn, cp *paho.Connect) (*v5, byte) {
-	t.Helper()
-	if _, ok := nc.(*net.TCPConn); !ok {
-		nc = viaTCP(t, nc) // see viaTCP: paho's packets must not interleave
-	}
-	c := &v5{msgs: make(chan *paho.Publish, 100)}
-	c.Client = paho.NewClient(paho.ClientConfig{
-		Conn: nc,
-		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
-			c.msgs <- pr.Packet
-			return true, nil
-		}},
-		OnClientError: func(error) {},
-	})
-	if cp.KeepAlive == 0 {
-		cp.KeepAlive = 30
-	}
-	cp.CleanStart = true
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ca, err := c.Connect(ctx, cp)
-	t.Cleanup(func() {
-		c.Disconnect(&paho.Disconnect{})
-		nc.Close()
-		<-c.Done()
-	})
-	if ca == nil {
-		t.Fatalf("connect %s: %v", cp.ClientID, err)
-	}
-	return c, ca.ReasonCode
-}
-
 // roundTrip subscribes to topic, publishes to it and waits for the message.
-func (c *v5) roundTrip(t *testing.T, topic string) {
+func roundTrip(t *testing.T, c *mqtttest.V5, topic string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	sa, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topic, QoS: 1}}})
-	if err != nil {
-		t.Fatalf("subscribe %s: %v (%+v)", topic, err, sa)
+	c.Sub(topic, 1)
+	c.Pub(topic, 1, false, "ping")
+	if m := c.Next(); m.Topic != topic {
+		t.Fatalf("got %s", m.Topic)
 	}
-	if _, err := c.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte("ping")}); err != nil {
-		t.Fatalf("publish %s: %v", topic, err)
-	}
-	select {
-	case m := <-c.msgs:
-		if m.Topic != topic {
-			t.Fatalf("got %s", m.Topic)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("no message on %s", topic)
-	}
-}
-
-// publishCode publishes at QoS 1 and returns the PUBACK reason code.
-func (c *v5) publishCode(t *testing.T, topic string) byte {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	r, err := c.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte("x")})
-	if r == nil {
-		t.Fatalf("publish %s: %v", topic, err)
-	}
-	return r.ReasonCode
 }
 
 func newAuth(t *testing.T, cfg auth.Config) *auth.Authenticator {
@@ -149,11 +85,11 @@ func TestTCPListenerWithBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, rc := connectV5(t, nc, &paho.Connect{ClientID: "plain"})
-	if rc != 0 {
-		t.Fatalf("CONNACK 0x%02X", rc)
+	c, ca := mqtttest.ConnectV5(t, nc, &paho.Connect{ClientID: "plain", KeepAlive: 30, CleanStart: true}, mqtttest.Options{})
+	if ca.ReasonCode != 0 {
+		t.Fatalf("CONNACK 0x%02X", ca.ReasonCode)
 	}
-	c.roundTrip(t, "a/b")
+	roundTrip(t, c, "a/b")
 	if got := l.URL(); got != "mqtt://"+l.Addr().String() {
 		t.Errorf("URL %s", got)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/gateway/auth"
+	"github.com/linemq/linemq/internal/mqtttest"
 )
 
 // pki is a CA with a server certificate and two client certificates.
@@ -83,12 +84,12 @@ func TestTLSClientCertificateIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, rc := connectV5(t, nc, &paho.Connect{ClientID: "x", UsernameFlag: true, Username: "someone-else"})
-	if rc != 0 {
-		t.Fatalf("CONNACK 0x%02X", rc)
+	c, ca := mqtttest.ConnectV5(t, viaTCP(t, nc), &paho.Connect{ClientID: "x", KeepAlive: 30, CleanStart: true, UsernameFlag: true, Username: "someone-else"}, mqtttest.Options{})
+	if ca.ReasonCode != 0 {
+		t.Fatalf("CONNACK 0x%02X", ca.ReasonCode)
 	}
-	c.roundTrip(t, "id/plc-7/temp")
-	if got := c.publishCode(t, "id/someone-else/temp"); got != 0x87 {
+	roundTrip(t, c, "id/plc-7/temp")
+	if got := c.Puback("id/someone-else/temp", "x"); got != 0x87 {
 		t.Errorf("publish outside the identity's topics: 0x%02X, want 0x87", got)
 	}
 
@@ -97,8 +98,8 @@ func TestTLSClientCertificateIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, rc := connectV5(t, nc, &paho.Connect{ClientID: "y"}); rc != 0 {
-		t.Fatalf("SAN identity refused: 0x%02X", rc)
+	if _, ca := mqtttest.ConnectV5(t, viaTCP(t, nc), &paho.Connect{ClientID: "y", KeepAlive: 30, CleanStart: true}, mqtttest.Options{}); ca.ReasonCode != 0 {
+		t.Fatalf("SAN identity refused: 0x%02X", ca.ReasonCode)
 	}
 
 	// No certificate: anonymous, refused by allow_anonymous: false.
@@ -106,8 +107,8 @@ func TestTLSClientCertificateIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, rc := connectV5(t, nc, &paho.Connect{ClientID: "z"}); rc != 0x87 {
-		t.Errorf("no certificate: CONNACK 0x%02X, want 0x87", rc)
+	if _, ca := mqtttest.ConnectV5(t, viaTCP(t, nc), &paho.Connect{ClientID: "z", KeepAlive: 30, CleanStart: true}, mqtttest.Options{}); ca.ReasonCode != 0x87 {
+		t.Errorf("no certificate: CONNACK 0x%02X, want 0x87", ca.ReasonCode)
 	}
 
 	// A certificate from another CA, with the same name, fails the
@@ -189,9 +190,9 @@ func TestTLSReload(t *testing.T) {
 		t.Fatalf("serving %q", cn)
 	}
 	nc, _ := p.dialTLS(l, nil)
-	c, rc := connectV5(t, nc, &paho.Connect{ClientID: "stays"})
-	if rc != 0 {
-		t.Fatal(rc)
+	c, ca := mqtttest.ConnectV5(t, viaTCP(t, nc), &paho.Connect{ClientID: "stays", KeepAlive: 30, CleanStart: true}, mqtttest.Options{})
+	if ca.ReasonCode != 0 {
+		t.Fatal(ca.ReasonCode)
 	}
 
 	// Renewed: new files at the same paths.
@@ -206,7 +207,7 @@ func TestTLSReload(t *testing.T) {
 	if cn := serverCN(); cn != "gateway-renewed" {
 		t.Errorf("after reload serving %q", cn)
 	}
-	c.roundTrip(t, "still/connected")
+	roundTrip(t, c, "still/connected")
 
 	// A key that does not match: the error names key_file, the renewed
 	// certificate stays.
@@ -221,7 +222,7 @@ func TestTLSReload(t *testing.T) {
 	if cn := serverCN(); cn != "gateway-renewed" {
 		t.Errorf("after a failed reload serving %q", cn)
 	}
-	c.roundTrip(t, "still/connected/2")
+	roundTrip(t, c, "still/connected/2")
 }
 
 // TestHandshakeTimeout: a client that connects and says nothing is cut

@@ -18,6 +18,7 @@ import (
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/gateway/auth"
+	"github.com/linemq/linemq/internal/mqtttest"
 )
 
 // dialWS opens an MQTT-over-WebSocket connection with coder/websocket's
@@ -45,10 +46,10 @@ func dialWS(t *testing.T, url string, opts *websocket.DialOptions) (net.Conn, er
 // viaTCP returns a connection for paho.golang whose bytes reach ws intact.
 // paho.golang writes a packet as several Writes (net.Buffers) from
 // whichever goroutine sends it, so on a connection where each Write is a
-// WebSocket message, two packets sent at once can interleave; a TCP
-// connection writes the buffers in one locked writev. A loopback TCP hop
-// in front of the WebSocket keeps each packet whole, and the WebSocket
-// still carries exactly paho's bytes.
+// WebSocket message (or a TLS record), two packets sent at once can
+// interleave; a TCP connection writes the buffers in one locked writev. A
+// loopback TCP hop in front of the WebSocket keeps each packet whole, and
+// the WebSocket still carries exactly paho's bytes.
 func viaTCP(t *testing.T, ws net.Conn) net.Conn {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -95,28 +96,19 @@ func TestWebSocketWithBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Anonymous and accepted: the remote address is the loopback TCP peer.
-	c, rc := connectV5(t, ws, &paho.Connect{ClientID: "ws-1"})
-	if rc != 0 {
-		t.Fatalf("CONNACK 0x%02X", rc)
+	c, ca := mqtttest.ConnectV5(t, viaTCP(t, ws), &paho.Connect{ClientID: "ws-1", KeepAlive: 30, CleanStart: true}, mqtttest.Options{})
+	if ca.ReasonCode != 0 {
+		t.Fatalf("CONNACK 0x%02X", ca.ReasonCode)
 	}
-	c.roundTrip(t, "ws/a")
+	roundTrip(t, c, "ws/a")
 	time.Sleep(300 * time.Millisecond) // several idle deadlines
-	c.roundTrip(t, "ws/b")
+	roundTrip(t, c, "ws/b")
 
 	// A large message crosses many WebSocket frames and read chunks.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	big := strings.Repeat("x", 200<<10)
-	if _, err := c.Publish(ctx, &paho.Publish{Topic: "ws/a", QoS: 1, Payload: []byte(big)}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case m := <-c.msgs:
-		if string(m.Payload) != big {
-			t.Fatalf("payload of %d bytes came back as %d", len(big), len(m.Payload))
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no large message")
+	c.Pub("ws/a", 1, false, big)
+	if m := c.Next(); string(m.Payload) != big {
+		t.Fatalf("payload of %d bytes came back as %d", len(big), len(m.Payload))
 	}
 }
 
@@ -277,12 +269,12 @@ func TestSecureWebSocketIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, rc := connectV5(t, ws, &paho.Connect{ClientID: "wss-1"})
-	if rc != 0 {
-		t.Fatalf("CONNACK 0x%02X", rc)
+	c, ca := mqtttest.ConnectV5(t, viaTCP(t, ws), &paho.Connect{ClientID: "wss-1", KeepAlive: 30, CleanStart: true}, mqtttest.Options{})
+	if ca.ReasonCode != 0 {
+		t.Fatalf("CONNACK 0x%02X", ca.ReasonCode)
 	}
-	c.roundTrip(t, "id/plc-7/x")
-	if got := c.publishCode(t, "id/other/x"); got != 0x87 {
+	roundTrip(t, c, "id/plc-7/x")
+	if got := c.Puback("id/other/x", "x"); got != 0x87 {
 		t.Errorf("publish outside the identity: 0x%02X", got)
 	}
 	if nc, err := dialWS(t, l.URL(), &websocket.DialOptions{HTTPClient: client()}); err == nil {

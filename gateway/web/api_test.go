@@ -13,6 +13,7 @@ import (
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/gateway/health"
+	"github.com/linemq/linemq/internal/mqtttest"
 )
 
 // traffic is a small plant: a historian with an ordinary subscription,
@@ -24,9 +25,9 @@ type traffic struct {
 	srv        *broker.Server
 	addr       string
 	clk        *brokertest.FakeClock
-	hist       *mqttClient
-	w1, w2     *mqttClient
-	pub        *mqttClient
+	hist       *mqtttest.V5
+	w1, w2     *mqtttest.V5
+	pub        *mqtttest.V5
 	telemetry  int // QoS 1 messages to plant/l1/telemetry
 	noise      int // QoS 0 messages to other/topic (no subscriber)
 	payloadLen int
@@ -40,24 +41,24 @@ func newTraffic(t *testing.T, tracker *Tracker) *traffic {
 	}
 	srv, addr := brokertest.RunServer(t, opts)
 	tr := &traffic{srv: srv, addr: addr, telemetry: 30, noise: 5, payloadLen: 10}
-	tr.hist = dial(t, addr, "hist", clientOpts{})
-	tr.hist.sub("plant/+/telemetry", 1)
-	tr.w1 = dial(t, addr, "w1", clientOpts{})
-	tr.w1.sub("$share/workers/plant/+/telemetry", 1)
-	tr.w2 = dial(t, addr, "w2", clientOpts{})
-	tr.w2.sub("$share/workers/plant/+/telemetry", 1)
-	tr.pub = dial(t, addr, "line/3/pub", clientOpts{})
+	tr.hist, _ = mqtttest.DialV5Opts(t, addr, connect("hist", 0, 0), mqtttest.Options{CountOnly: true})
+	tr.hist.Sub("plant/+/telemetry", 1)
+	tr.w1, _ = mqtttest.DialV5Opts(t, addr, connect("w1", 0, 0), mqtttest.Options{CountOnly: true})
+	tr.w1.Sub("$share/workers/plant/+/telemetry", 1)
+	tr.w2, _ = mqtttest.DialV5Opts(t, addr, connect("w2", 0, 0), mqtttest.Options{CountOnly: true})
+	tr.w2.Sub("$share/workers/plant/+/telemetry", 1)
+	tr.pub, _ = mqtttest.DialV5Opts(t, addr, connect("line/3/pub", 0, 0), mqtttest.Options{CountOnly: true})
 	payload := bytes.Repeat([]byte("x"), tr.payloadLen)
 	for range tr.telemetry {
-		tr.pub.pub("plant/l1/telemetry", 1, payload)
+		tr.pub.Pub("plant/l1/telemetry", 1, false, string(payload))
 	}
 	for range tr.noise {
-		tr.pub.pub("other/topic", 0, payload)
+		tr.pub.Pub("other/topic", 0, false, string(payload))
 	}
 	brokertest.Eventually(t, 10*time.Second, "every delivery acknowledged", func() bool {
 		st := srv.Stats()
-		return tr.hist.received.Load() == int64(tr.telemetry) &&
-			tr.w1.received.Load()+tr.w2.received.Load() == int64(tr.telemetry) &&
+		return tr.hist.Received.Load() == int64(tr.telemetry) &&
+			tr.w1.Received.Load()+tr.w2.Received.Load() == int64(tr.telemetry) &&
 			st.MessagesIn == uint64(tr.telemetry+tr.noise) && st.Acknowledged == uint64(2*tr.telemetry)
 	})
 	return tr
@@ -129,7 +130,7 @@ func TestGroupsMatchTraffic(t *testing.T) {
 			t.Errorf("member %+v", m)
 		}
 	}
-	want := map[string]uint64{"w1": uint64(tr.w1.received.Load()), "w2": uint64(tr.w2.received.Load())}
+	want := map[string]uint64{"w1": uint64(tr.w1.Received.Load()), "w2": uint64(tr.w2.Received.Load())}
 	if fmt.Sprint(got) != fmt.Sprint(want) || want["w1"] != tel/2 {
 		t.Errorf("delivered by member %v, want %v (round robin: %d each)", got, want, tel/2)
 	}
@@ -190,7 +191,7 @@ func TestClientsMatchTraffic(t *testing.T) {
 	}
 	getJSON(t, base+"/api/v1/clients/w1", &d)
 	if len(d.Filters) != 1 || d.Filters[0].Filter != "$share/workers/plant/+/telemetry" || d.Filters[0].Group != "workers" ||
-		d.Filters[0].QoS != 1 || d.Filters[0].Delivered != uint64(tr.w1.received.Load()) {
+		d.Filters[0].QoS != 1 || d.Filters[0].Delivered != uint64(tr.w1.Received.Load()) {
 		t.Errorf("w1 %+v", d)
 	}
 	if code, _ := get(t, base+"/api/v1/clients/nobody"); code != http.StatusNotFound {

@@ -18,6 +18,7 @@ import (
 	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/gateway/cluster"
 	"github.com/linemq/linemq/gateway/health"
+	"github.com/linemq/linemq/internal/mqtttest"
 )
 
 // screenshotPath is where TestStatusPageInBrowser writes its screenshot;
@@ -144,7 +145,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	waitJS("the group to be shown healthy", `document.querySelector(`+jsString(group)+`).dataset.state === "ok"`, 10*time.Second)
 
 	// w3 wedges: connected, acknowledging nothing.
-	p.workers[2].acking.Store(false)
+	p.workers[2].Acking.Store(false)
 	run("the degraded highlight", 30*time.Second,
 		chromedp.WaitVisible(chromedp.CSS(`tr.group.degraded[data-group="report-prep"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr.member.degraded[data-member="w3"]`)),
@@ -257,7 +258,7 @@ type plant struct {
 	srv     *broker.Server
 	web     *Server
 	base    string
-	workers []*mqttClient
+	workers []*mqtttest.V5
 }
 
 func newPlant(t *testing.T) *plant {
@@ -325,20 +326,20 @@ func newPlant(t *testing.T) *plant {
 
 	p := &plant{srv: srv, web: w, base: base}
 	for _, id := range []string{"w1", "w2", "w3"} {
-		c := dial(t, addr, id, clientOpts{receiveMax: 10, manualAck: true, expiry: 300})
-		c.sub("$share/report-prep/plant/+/telemetry", 1)
+		c, _ := mqtttest.DialV5Opts(t, addr, connect(id, 10, 300), mqtttest.Options{CountOnly: true, ManualAck: true})
+		c.Sub("$share/report-prep/plant/+/telemetry", 1)
 		p.workers = append(p.workers, c)
 	}
-	hist := dial(t, addr, "historian-line3", clientOpts{expiry: 3600})
-	hist.sub("$share/hist-ingest-line3/plant/#", 1)
-	hmi := dial(t, addr, "hmi-panel-1", clientOpts{})
-	hmi.sub("plant/+/telemetry", 0)
-	hmi.sub("plant/+/alarms", 1)
+	hist, _ := mqtttest.DialV5Opts(t, addr, connect("historian-line3", 0, 3600), mqtttest.Options{CountOnly: true})
+	hist.Sub("$share/hist-ingest-line3/plant/#", 1)
+	hmi, _ := mqtttest.DialV5Opts(t, addr, connect("hmi-panel-1", 0, 0), mqtttest.Options{CountOnly: true})
+	hmi.Sub("plant/+/telemetry", 0)
+	hmi.Sub("plant/+/alarms", 1)
 	for i := 1; i <= 8; i++ {
-		c := dial(t, addr, fmt.Sprintf("plc-l3-%02d", i), clientOpts{})
-		c.pub(fmt.Sprintf("plant/plc%02d/status", i), 1, []byte("running"))
+		c, _ := mqtttest.DialV5Opts(t, addr, connect(fmt.Sprintf("plc-l3-%02d", i), 0, 0), mqtttest.Options{CountOnly: true})
+		c.Pub(fmt.Sprintf("plant/plc%02d/status", i), 1, false, "running")
 	}
-	retained := dial(t, addr, "commissioning", clientOpts{})
+	retained, _ := mqtttest.DialV5Opts(t, addr, connect("commissioning", 0, 0), mqtttest.Options{CountOnly: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	retained.Publish(ctx, pahoRetained("plant/line3/config", `{"shift":"B"}`))

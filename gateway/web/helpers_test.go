@@ -7,14 +7,13 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/internal/mqtttest"
 )
 
 // startWeb makes a web server for b with opts and serves it over a real
@@ -75,100 +74,31 @@ func getJSON(t testing.TB, url string, v any) {
 	}
 }
 
-// mqttClient is a paho.golang v5 client that counts what it receives.
-// With manual acknowledgements, it acknowledges while acking is true, so
-// a test can make it stop like a wedged worker.
-type mqttClient struct {
-	*paho.Client
-	t        testing.TB
-	received atomic.Int64
-	acking   atomic.Bool
-
-	mu   sync.Mutex
-	msgs []*paho.Publish
-}
-
-type clientOpts struct {
-	receiveMax uint16 // 0: the default
-	expiry     uint32 // Session Expiry Interval
-	manualAck  bool   // acknowledge only while acking is true
-	keep       bool   // keep received messages (for $SYS)
-}
-
-// dial connects a paho client to addr as id.
-func dial(t testing.TB, addr, id string, o clientOpts) *mqttClient {
-	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &mqttClient{t: t}
-	c.acking.Store(true)
-	cfg := paho.ClientConfig{
-		Conn:                       nc,
-		EnableManualAcknowledgment: o.manualAck,
-		SendAcksInterval:           5 * time.Millisecond,
-		OnClientError:              func(error) {},
-	}
-	cfg.OnPublishReceived = []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
-		c.received.Add(1)
-		if o.keep {
-			c.mu.Lock()
-			c.msgs = append(c.msgs, pr.Packet)
-			c.mu.Unlock()
-		}
-		if o.manualAck && c.acking.Load() {
-			pr.Client.Ack(pr.Packet)
-		}
-		return true, nil
-	}}
-	c.Client = paho.NewClient(cfg)
+// connect is the CONNECT of the web tests' clients: a clean start, and the
+// receive maximum and session expiry that the pages show, when not 0.
+func connect(id string, receiveMax uint16, expiry uint32) *paho.Connect {
 	cp := &paho.Connect{ClientID: id, CleanStart: true, Properties: &paho.ConnectProperties{}}
-	if o.receiveMax > 0 {
-		cp.Properties.ReceiveMaximum = &o.receiveMax
+	if receiveMax > 0 {
+		cp.Properties.ReceiveMaximum = &receiveMax
 	}
-	if o.expiry > 0 {
-		cp.Properties.SessionExpiryInterval = &o.expiry
+	if expiry > 0 {
+		cp.Properties.SessionExpiryInterval = &expiry
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if ca, err := c.Connect(ctx, cp); err != nil {
-		t.Fatalf("connect %s: %v (%+v)", id, err, ca)
-	}
-	t.Cleanup(func() {
-		c.Client.Disconnect(&paho.Disconnect{})
-		nc.Close()
-	})
-	return c
+	return cp
 }
 
-func (c *mqttClient) sub(filter string, qos byte) {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if sa, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: qos}}}); err != nil {
-		c.t.Fatalf("subscribe %s: %v (%+v)", filter, err, sa)
+// kept adds the messages c received since the last call to last (topic ->
+// payload, the newest of each, as a $SYS explorer shows them) and returns
+// it.
+func kept(c *mqtttest.V5, last map[string]string) map[string]string {
+	for {
+		select {
+		case m := <-c.Msgs:
+			last[m.Topic] = string(m.Payload)
+		default:
+			return last
+		}
 	}
-}
-
-func (c *mqttClient) pub(topic string, qos byte, payload []byte) {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := c.Publish(ctx, &paho.Publish{Topic: topic, QoS: qos, Payload: payload}); err != nil {
-		c.t.Fatalf("publish %s: %v", topic, err)
-	}
-}
-
-// kept returns the messages kept so far, by topic (the last of each).
-func (c *mqttClient) kept() map[string]string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[string]string, len(c.msgs))
-	for _, m := range c.msgs {
-		out[m.Topic] = string(m.Payload)
-	}
-	return out
 }
 
 // metricLines scrapes url and returns its sample lines ("name{labels}" ->

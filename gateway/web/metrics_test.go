@@ -14,6 +14,7 @@ import (
 	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/broker/packet"
 	"github.com/linemq/linemq/gateway/health"
+	"github.com/linemq/linemq/internal/mqtttest"
 )
 
 func TestMetricsMatchTraffic(t *testing.T) {
@@ -58,8 +59,8 @@ func TestMetricsMatchTraffic(t *testing.T) {
 		"linemq_share_group_delivered_total" + group:         strconv.Itoa(tel),
 		"linemq_share_group_acknowledged_total" + group:      strconv.Itoa(tel),
 		"linemq_share_group_queued" + group:                  "0",
-		"linemq_share_member_delivered_total" + member("w1"): strconv.FormatInt(tr.w1.received.Load(), 10),
-		"linemq_share_member_delivered_total" + member("w2"): strconv.FormatInt(tr.w2.received.Load(), 10),
+		"linemq_share_member_delivered_total" + member("w1"): strconv.FormatInt(tr.w1.Received.Load(), 10),
+		"linemq_share_member_delivered_total" + member("w2"): strconv.FormatInt(tr.w2.Received.Load(), 10),
 		"linemq_share_member_connected" + member("w1"):       "1",
 		"linemq_share_member_receive_maximum" + member("w1"): "65535",
 		`linemq_share_series_omitted{kind="group"}`:          "0",
@@ -89,8 +90,8 @@ func TestMetricsCardinality(t *testing.T) {
 	srv, addr := brokertest.RunServer(t, broker.Options{})
 	for i, g := range []string{"a", "b", "c"} {
 		for j := range 2 {
-			c := dial(t, addr, fmt.Sprintf("%s%d", g, j), clientOpts{})
-			c.sub(fmt.Sprintf("$share/%s/t/%d", g, i), 0)
+			c, _ := mqtttest.DialV5Opts(t, addr, connect(fmt.Sprintf("%s%d", g, j), 0, 0), mqtttest.Options{CountOnly: true})
+			c.Sub(fmt.Sprintf("$share/%s/t/%d", g, i), 0)
 		}
 	}
 	_, base := startWeb(t, Options{Broker: srv, MaxGroupSeries: 2, MaxMemberSeries: 3})

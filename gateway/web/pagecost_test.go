@@ -21,6 +21,7 @@ import (
 	"github.com/linemq/linemq/bench"
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/brokertest"
+	"github.com/linemq/linemq/internal/mqtttest"
 )
 
 var (
@@ -40,7 +41,7 @@ func newBenchScene(t *testing.T) *benchScene {
 	tracker := NewTracker()
 	srv, addr := brokertest.RunServer(t, broker.Options{Events: tracker})
 	for i := range 40 {
-		dial(t, addr, fmt.Sprintf("plc-%02d", i), clientOpts{})
+		mqtttest.DialV5Opts(t, addr, connect(fmt.Sprintf("plc-%02d", i), 0, 0), mqtttest.Options{CountOnly: true})
 	}
 	s, base := startWeb(t, Options{Broker: srv, Tracker: tracker, NodeID: "bench-gw", Version: "dev", SysInterval: 10 * time.Second})
 	s.Start()

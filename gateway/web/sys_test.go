@@ -8,6 +8,7 @@ import (
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/brokertest"
+	"github.com/linemq/linemq/internal/mqtttest"
 )
 
 // TestSysTopics subscribes to $SYS/# like an MQTT explorer would and
@@ -16,16 +17,16 @@ func TestSysTopics(t *testing.T) {
 	tr := newTraffic(t, nil)
 	clk := brokertest.NewFakeClock()
 	s, _ := startWeb(t, Options{Broker: tr.srv, Version: "1.2.3", Clock: clk})
-	explorer := dial(t, tr.addr, "explorer", clientOpts{keep: true})
-	explorer.sub("$SYS/#", 0)
+	explorer, _ := mqtttest.DialV5Opts(t, tr.addr, connect("explorer", 0, 0), mqtttest.Options{})
+	explorer.Sub("$SYS/#", 0)
 	clk.Advance(75 * time.Second)
 
 	topics := len(s.sysValues(clk.Now()))
 	s.publishSys(clk.Now())
+	got := make(map[string]string)
 	brokertest.Eventually(t, 5*time.Second, "every $SYS topic received", func() bool {
-		return len(explorer.kept()) == topics
+		return len(kept(explorer, got)) == topics
 	})
-	got := explorer.kept()
 	n := tr.telemetry + tr.noise
 	tel := strconv.Itoa(tr.telemetry)
 	want := map[string]string{
@@ -62,10 +63,10 @@ func TestSysTopics(t *testing.T) {
 func TestSysInterval(t *testing.T) {
 	srv, addr := brokertest.RunServer(t, broker.Options{})
 	s, _ := startWeb(t, Options{Broker: srv, SysInterval: 20 * time.Millisecond})
-	c := dial(t, addr, "explorer", clientOpts{})
-	c.sub("$SYS/broker/uptime", 0)
+	c, _ := mqtttest.DialV5Opts(t, addr, connect("explorer", 0, 0), mqtttest.Options{CountOnly: true})
+	c.Sub("$SYS/broker/uptime", 0)
 	s.Start()
-	brokertest.Eventually(t, 5*time.Second, "three $SYS rounds", func() bool { return c.received.Load() >= 3 })
+	brokertest.Eventually(t, 5*time.Second, "three $SYS rounds", func() bool { return c.Received.Load() >= 3 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.Shutdown(ctx); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/brokertest"
+	"github.com/linemq/linemq/internal/mqtttest"
 )
 
 // TestWedgedWorker runs the incident the status page exists for: three
@@ -24,16 +25,16 @@ func TestWedgedWorker(t *testing.T) {
 		Degraded: Thresholds{WindowFull: 300 * time.Millisecond},
 	})
 	s.Start()
-	workers := make([]*mqttClient, 3)
+	workers := make([]*mqtttest.V5, 3)
 	for i, id := range []string{"w1", "w2", "w3"} {
-		workers[i] = dial(t, addr, id, clientOpts{receiveMax: 5, manualAck: true})
-		workers[i].sub("$share/report-prep/plant/+/telemetry", 1)
+		workers[i], _ = mqtttest.DialV5Opts(t, addr, connect(id, 5, 0), mqtttest.Options{CountOnly: true, ManualAck: true})
+		workers[i].Sub("$share/report-prep/plant/+/telemetry", 1)
 	}
 	stop := publishLoop(t, addr, "plant/l3/telemetry", 2*time.Millisecond)
 	defer stop()
 
 	brokertest.Eventually(t, 10*time.Second, "every worker busy", func() bool {
-		return workers[0].received.Load() > 10 && workers[1].received.Load() > 10 && workers[2].received.Load() > 10
+		return workers[0].Received.Load() > 10 && workers[1].Received.Load() > 10 && workers[2].Received.Load() > 10
 	})
 	var gs groupsJSON
 	getJSON(t, base+"/api/v1/groups/report-prep", &gs)
@@ -41,7 +42,7 @@ func TestWedgedWorker(t *testing.T) {
 		t.Fatalf("before: %+v", g)
 	}
 
-	workers[2].acking.Store(false)
+	workers[2].Acking.Store(false)
 	var g groupJSON
 	brokertest.Eventually(t, 10*time.Second, "w3 shown degraded", func() bool {
 		getJSON(t, base+"/api/v1/groups/report-prep", &gs)
@@ -60,8 +61,8 @@ func TestWedgedWorker(t *testing.T) {
 		}
 	}
 	// The others still get the stream.
-	w1 := workers[0].received.Load()
-	brokertest.Eventually(t, 10*time.Second, "w1 still receiving", func() bool { return workers[0].received.Load() > w1+10 })
+	w1 := workers[0].Received.Load()
+	brokertest.Eventually(t, 10*time.Second, "w1 still receiving", func() bool { return workers[0].Received.Load() > w1+10 })
 	m := metricLines(t, base+"/metrics")
 	if v := m[`linemq_share_member_degraded{client="w3",filter="plant/+/telemetry",group="report-prep"}`]; v != "1" {
 		t.Errorf("member degraded metric %q", v)
@@ -75,7 +76,7 @@ func TestWedgedWorker(t *testing.T) {
 // returned function is called (which waits for the loop to end).
 func publishLoop(t testing.TB, addr, topic string, period time.Duration) func() {
 	t.Helper()
-	p := dial(t, addr, "publisher-"+strings.ReplaceAll(topic, "/", "-"), clientOpts{})
+	p, _ := mqtttest.DialV5Opts(t, addr, connect("publisher-"+strings.ReplaceAll(topic, "/", "-"), 0, 0), mqtttest.Options{CountOnly: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
