@@ -696,13 +696,10 @@ func seedSequence(t *testing.T, g *gw, clients map[string]*brokertest.Client) {
 	}
 }
 
-// TestSessionLostWhileCutOff is issue 21's second recipe: a node cut off
-// from etcd for longer than its lease keeps its client connected; the same
-// client id then connects to another node. Once the cut-off node is back
-// in step it must close its connection (0x8E): its copy replays the
-// deletion of its own record and then the other node's claim, which names
-// no predecessor, so "the claim took it from me" is not how it learns.
-func TestSessionLostWhileCutOff(t *testing.T) {
+// startCuttableLine starts three nodes with a 2 s lease, node 3 reaching
+// etcd through a proxy the test can cut.
+func startCuttableLine(t *testing.T) ([]*gw, *etcdtest.Proxy) {
+	t.Helper()
 	cli3, proxy := shared.ProxiedClient(t)
 	gws := startNodesWith(t, 3, func(i int, o *registry.Options) {
 		o.TTL = 2 * time.Second
@@ -711,6 +708,17 @@ func TestSessionLostWhileCutOff(t *testing.T) {
 			o.Client = cli3
 		}
 	})
+	return gws, proxy
+}
+
+// TestSessionLostWhileCutOff is issue 21's second recipe: a node cut off
+// from etcd for longer than its lease keeps its client connected; the same
+// client id then connects to another node. Once the cut-off node is back
+// in step it must close its connection (0x8E): its copy replays the
+// deletion of its own record and then the other node's claim, which names
+// no predecessor, so "the claim took it from me" is not how it learns.
+func TestSessionLostWhileCutOff(t *testing.T) {
+	gws, proxy := startCuttableLine(t)
 	on3, _ := brokertest.Connect(t, gws[2].Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("dual"), CleanStart: true})
 	brokertest.Eventually(t, 10*time.Second, "node 3 owns dual", func() bool {
 		o, ok := gws[0].reg.SessionOwner("dual")
@@ -738,14 +746,7 @@ func TestSessionLostWhileCutOff(t *testing.T) {
 // the line a will again, where a Sparkplug edge node would otherwise never
 // send its birth after the death the others saw.
 func TestWillsOfACutOffNode(t *testing.T) {
-	cli3, proxy := shared.ProxiedClient(t)
-	gws := startNodesWith(t, 3, func(i int, o *registry.Options) {
-		o.TTL = 2 * time.Second
-		o.WatchCheck, o.WatchTimeout, o.RequestTimeout = 100*time.Millisecond, time.Second, time.Second
-		if i == 3 {
-			o.Client = cli3
-		}
-	})
+	gws, proxy := startCuttableLine(t)
 	watcher := subscribe(t, gws[0], "watcher", "will/#")
 	defer watcher.Conn.Close()
 	cp := &packet.Connect{Version: packet.V5, ClientID: []byte("edge"), CleanStart: true,
