@@ -64,23 +64,21 @@ func (e *externalEtcd) start(bin string) {
 	if err := e.cmd.Start(); err != nil {
 		e.t.Fatalf("starting %s: %v", bin, err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
 	hc := http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: e.tls}}
-	for {
-		resp, err := hc.Get(e.clientURL + "/health")
-		if err == nil {
-			var b bytes.Buffer
-			b.ReadFrom(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && strings.Contains(b.String(), `"true"`) {
-				return
-			}
+	var err error
+	healthy := func() bool {
+		var resp *http.Response
+		if resp, err = hc.Get(e.clientURL + "/health"); err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			e.kill()
-			e.t.Fatalf("etcd not healthy after 30s (last: %v); its output:\n%s", err, e.out)
-		}
-		time.Sleep(50 * time.Millisecond)
+		var b bytes.Buffer
+		b.ReadFrom(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK && strings.Contains(b.String(), `"true"`)
+	}
+	if !brokertest.Until(30*time.Second, healthy) {
+		e.kill()
+		e.t.Fatalf("etcd not healthy after 30s (last: %v); its output:\n%s", err, e.out)
 	}
 }
 

@@ -182,16 +182,9 @@ bridges:
 	ackedMu.Unlock()
 	waitAll := func(want map[string][]uint64, what string) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		if !waitFor(20*time.Second, func() bool { m, _, _ := got.check(want); return m == 0 }) {
 			missing, _, _ := got.check(want)
-			if missing == 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d acknowledged messages never reached the remote", what, missing)
-			}
-			time.Sleep(10 * time.Millisecond)
+			t.Fatalf("%s: %d acknowledged messages never reached the remote", what, missing)
 		}
 	}
 	waitAll(backlog, "backlog")

@@ -186,20 +186,23 @@ func (c *cluster3) leader() int {
 		c.t.Fatal(err)
 	}
 	defer cli.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	leader := -1
+	found := waitFor(30*time.Second, func() bool { // an election may be under way
 		for i, ep := range c.clients {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			st, err := cli.Status(ctx, ep)
 			cancel()
 			if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId {
-				return i
+				leader = i
+				return true
 			}
 		}
-		time.Sleep(100 * time.Millisecond) // an election may be under way
+		return false
+	})
+	if !found {
+		c.t.Fatal("no etcd leader")
 	}
-	c.t.Fatal("no etcd leader")
-	return -1
+	return leader
 }
 
 // publisher sends tagged QoS 1 messages to one node, one at a time, until

@@ -170,17 +170,15 @@ func TestPasswdMosquittoReadsIt(t *testing.T) {
 		m.Wait()
 		t.Logf("mosquitto:\n%s", log.String())
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", l.Addr().String(), time.Second)
-		if err == nil {
+	var dialErr error
+	if !waitFor(10*time.Second, func() bool {
+		var c net.Conn
+		if c, dialErr = net.DialTimeout("tcp", l.Addr().String(), time.Second); dialErr == nil {
 			c.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mosquitto did not start listening: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return dialErr == nil
+	}) {
+		t.Fatalf("mosquitto did not start listening: %v", dialErr)
 	}
 	run := func(pw string) error {
 		out, err := exec.CommandContext(ctx, pub, "-h", "127.0.0.1", "-p", fmt.Sprint(port),

@@ -460,12 +460,8 @@ func TestDiskBytesPerQueuedMessage(t *testing.T) {
 	if accepted < n {
 		t.Logf("%d of %d publishes not for the bridge (no subscriber yet, or refused)", n-accepted, n)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for b.Stats().Queued < accepted {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d accepted messages queued after a minute: %+v", b.Stats().Queued, accepted, b.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !brokertest.Until(time.Minute, func() bool { return b.Stats().Queued >= accepted }) {
+		t.Fatalf("%d of %d accepted messages queued after a minute: %+v", b.Stats().Queued, accepted, b.Stats())
 	}
 	if st := b.Stats(); st.Sent != 0 {
 		t.Fatalf("the bridge sent %d messages to a remote that never answers", st.Sent)

@@ -17,6 +17,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/gateway/auth"
 	"github.com/linemq/linemq/internal/mqtttest"
 )
@@ -239,13 +240,8 @@ func TestWebSocketConnectionLimit(t *testing.T) {
 	}
 	first.Close()
 	var nc net.Conn
-	for range 50 { // the place is given back once the server side closes
-		if nc, err = dialWS(t, l.URL(), nil); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
+	// The place is given back once the server side closes.
+	if !brokertest.Until(5*time.Second, func() bool { nc, err = dialWS(t, l.URL(), nil); return err == nil }) {
 		t.Fatalf("no place after the first closed: %v", err)
 	}
 	nc.Close()
