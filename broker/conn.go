@@ -66,6 +66,10 @@ type conn struct {
 	// maxIn is the largest packet accepted from the client: the broker's
 	// MaxPacketSize, or its listener's if smaller (ListenerLimits).
 	maxIn int
+	// unknownBytes is what the read buffer counts in the server's
+	// connecting total while the client is not known (no CONNECT accepted
+	// yet); 0 from then on.
+	unknownBytes int64
 
 	deniedLogged bool // a publish denied by the Authenticator was logged
 
@@ -151,8 +155,13 @@ func writeFailure(err error, timeout time.Duration) error {
 // errConnectTimeout: the connection did not send CONNECT in time.
 var errConnectTimeout = errors.New("broker: no CONNECT within the connect timeout")
 
+// errTooManyConnecting: the connections that have not completed CONNECT
+// hold all the buffer they may, together.
+var errTooManyConnecting = errors.New("broker: too many unfinished CONNECTs buffered (mqtt.max_connecting_bytes)")
+
 // serve runs the connection from its first byte to its teardown.
 func (c *conn) serve() {
+	c.reserveUnknown(minReadBuf) // the bound cannot refuse its first few hundred bytes
 	c.rbuf = make([]byte, 0, minReadBuf)
 	// Network deadlines use the real clock: they are the kernel's business.
 	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.ConnectTimeout))
@@ -166,6 +175,7 @@ func (c *conn) run() {
 	if cause == errParked {
 		return
 	}
+	c.releaseUnknown()
 	if reason == 0 && cause != errClientDisconnect {
 		// The writer that closed the socket knows why; the read that
 		// failed next does not.
@@ -189,6 +199,7 @@ func (c *conn) readLoop() (packet.ReasonCode, error) {
 	parkAfter := c.srv.opts.IdleParkAfter
 	for {
 		if c.connected {
+			c.releaseUnknown()
 			if err := c.pauseWhileHeld(); err != nil {
 				return 0, err
 			}
@@ -196,7 +207,11 @@ func (c *conn) readLoop() (packet.ReasonCode, error) {
 		}
 		buf := c.rbuf
 		if len(buf) == cap(buf) {
-			buf = grow(buf, max(minReadBuf, 2*cap(buf)))
+			n := max(minReadBuf, 2*cap(buf))
+			if !c.connected && !c.reserveUnknown(int64(n-cap(buf))) {
+				return 0, errTooManyConnecting
+			}
+			buf = grow(buf, n)
 		}
 		n, err := c.read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -363,6 +378,29 @@ func (c *conn) pauseWhileHeld() error {
 	return nil
 }
 
+// reserveUnknown counts n more bytes of read buffer against the server's
+// bound for clients not yet known (Options.MaxConnectingBytes), and
+// reports false, counting nothing, when that would pass it. The very first
+// reservation always succeeds: the bound is on growth.
+func (c *conn) reserveUnknown(n int64) bool {
+	srv := c.srv
+	if total := srv.connecting.Add(n); total > srv.opts.MaxConnectingBytes && c.unknownBytes > 0 {
+		srv.connecting.Add(-n)
+		return false
+	}
+	c.unknownBytes += n
+	return true
+}
+
+// releaseUnknown stops counting the connection's buffer as a stranger's:
+// its CONNECT was accepted, or it ended.
+func (c *conn) releaseUnknown() {
+	if c.unknownBytes != 0 {
+		c.srv.connecting.Add(-c.unknownBytes)
+		c.unknownBytes = 0
+	}
+}
+
 // grow returns buf with capacity at least n, keeping its contents.
 func grow(buf []byte, n int) []byte {
 	if cap(buf) >= n {
@@ -377,7 +415,12 @@ func grow(buf []byte, n int) []byte {
 func (c *conn) frames(buf []byte) (int, error) {
 	off := 0
 	for off < len(buf) {
-		h, hl, err := packet.ReadFrame(buf[off:], c.maxIn)
+		limit := c.maxIn
+		if !c.connected {
+			// Whoever sends it is not known yet (Options.MaxConnectSize).
+			limit = min(limit, c.srv.opts.MaxConnectSize)
+		}
+		h, hl, err := packet.ReadFrame(buf[off:], limit)
 		if err != nil {
 			return off, err
 		}

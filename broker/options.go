@@ -104,6 +104,19 @@ type Options struct {
 	// Default 10 s.
 	ConnectTimeout time.Duration
 
+	// MaxConnectSize is the largest CONNECT accepted: until a connection has
+	// been authenticated, nobody knows who holds its buffer, so its first
+	// packet gets a bound of its own, well below MaxPacketSize. A larger
+	// CONNECT (in practice a large will, or a password of megabytes) ends the
+	// connection as soon as its header says so. Default 64 KiB.
+	MaxConnectSize int
+	// MaxConnectingBytes bounds the read buffers of all the connections that
+	// have not completed CONNECT, together: a connection whose buffer would
+	// take them past it is closed. At the defaults, 2,048 connections that
+	// each send most of a CONNECT and stop hold at most this much, however
+	// large their CONNECTs claim to be. Default 64 MiB.
+	MaxConnectingBytes int64
+
 	// WriteTimeout is how long one write to a client may block before the
 	// connection is considered dead. Default 30 s.
 	WriteTimeout time.Duration
@@ -229,6 +242,8 @@ const (
 	DefaultMaxPendingBytes   = 1 << 20
 	DefaultMaxClientIDLength = 256
 	DefaultConnectTimeout    = 10 * time.Second
+	DefaultMaxConnectSize    = 64 << 10
+	DefaultMaxConnecting     = 64 << 20
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultIdleParkAfter     = time.Second
 	DefaultMaxQueuedTotal    = 100_000
@@ -267,13 +282,16 @@ func (o *Options) Validate() error {
 		name string
 		v    int
 	}{{"MaxQueuedMessages", o.MaxQueuedMessages}, {"MaxPendingBytes", o.MaxPendingBytes},
-		{"PublishBurst", o.PublishBurst}} {
+		{"PublishBurst", o.PublishBurst}, {"MaxConnectSize", o.MaxConnectSize}} {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("broker: %s %d is negative", n.name, n.v))
 		}
 	}
 	if o.MaxClientIDLength < 0 || o.MaxClientIDLength > 65535 {
 		errs = append(errs, fmt.Errorf("broker: MaxClientIDLength %d out of range (0..65535)", o.MaxClientIDLength))
+	}
+	if o.MaxConnectingBytes < 0 {
+		errs = append(errs, fmt.Errorf("broker: MaxConnectingBytes %d is negative", o.MaxConnectingBytes))
 	}
 	if o.ConnectTimeout < 0 || o.WriteTimeout < 0 {
 		errs = append(errs, errors.New("broker: timeouts must not be negative"))
@@ -307,6 +325,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxPacketSize == 0 {
 		o.MaxPacketSize = DefaultMaxPacketSize
+	}
+	if o.MaxConnectSize == 0 {
+		o.MaxConnectSize = DefaultMaxConnectSize
+	}
+	if o.MaxConnectingBytes == 0 {
+		o.MaxConnectingBytes = DefaultMaxConnecting
 	}
 	if o.ReceiveMaximum == 0 {
 		o.ReceiveMaximum = DefaultReceiveMaximum

@@ -62,6 +62,9 @@ type Server struct {
 	msgIDs  atomic.Uint64 // the last Store id given to a message (Message.storeID)
 
 	connSerial atomic.Uint64 // the last conn.serial given
+	// connecting is the read buffer held by connections that have not
+	// completed CONNECT (Options.MaxConnectingBytes).
+	connecting atomic.Int64
 
 	recent recentRing // recently received messages, for arrival order (arrival.go)
 }

@@ -191,6 +191,14 @@ type MQTT struct {
 	// Default 10s.
 	ConnectTimeout Duration `yaml:"connect_timeout"`
 
+	// MaxConnectSize is the largest CONNECT accepted, before anyone knows
+	// who sends it (a larger one, in practice a large will, ends the
+	// connection). Default 64KiB; at most max_packet_size.
+	MaxConnectSize Size `yaml:"max_connect_size"`
+	// MaxConnectingBytes bounds the read buffers of all connections that
+	// have not completed CONNECT, together. Default 64MiB.
+	MaxConnectingBytes Size `yaml:"max_connecting_bytes"`
+
 	// WriteTimeout is how long one write to a client may block before the
 	// connection is dropped. Default 30s.
 	WriteTimeout Duration `yaml:"write_timeout"`
@@ -495,6 +503,8 @@ func Default() *Config {
 			MaxTopicLength:            broker.DefaultMaxTopicLength,
 			PartialPacketTimeout:      Duration(broker.DefaultPartialPacketTime),
 			ConnectTimeout:            Duration(broker.DefaultConnectTimeout),
+			MaxConnectSize:            broker.DefaultMaxConnectSize,
+			MaxConnectingBytes:        broker.DefaultMaxConnecting,
 			WriteTimeout:              Duration(broker.DefaultWriteTimeout),
 			MaxConnections:            broker.DefaultMaxConnections,
 			MaxPublishRate:            Unlimited,
@@ -605,6 +615,8 @@ func (c *Config) BrokerOptions() broker.Options {
 		MaxTopicLength:            int(m.MaxTopicLength),
 		PartialPacketTimeout:      time.Duration(m.PartialPacketTimeout),
 		ConnectTimeout:            time.Duration(m.ConnectTimeout),
+		MaxConnectSize:            int(m.MaxConnectSize),
+		MaxConnectingBytes:        int64(m.MaxConnectingBytes),
 		WriteTimeout:              time.Duration(m.WriteTimeout),
 		MaxConnections:            int(m.MaxConnections),
 		MaxPublishRate:            int(max(m.MaxPublishRate, 0)), // broker: 0 is no limit

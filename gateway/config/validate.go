@@ -70,6 +70,11 @@ func (c *Config) Validate() error {
 	limit(&v, "mqtt.max_topic_length", m.MaxTopicLength, dm.MaxTopicLength, bounds[Limit]{1, maxUint16, true})
 	limit(&v, "mqtt.partial_packet_timeout", m.PartialPacketTimeout, dm.PartialPacketTimeout, bounds[Duration]{minTimeout, 0, true})
 	limit(&v, "mqtt.connect_timeout", m.ConnectTimeout, dm.ConnectTimeout, bounds[Duration]{minTimeout, 0, false})
+	limit(&v, "mqtt.max_connect_size", m.MaxConnectSize, dm.MaxConnectSize, bounds[Size]{1024, 0, false})
+	if em := &e.MQTT; em.MaxConnectSize > em.MaxPacketSize && v.src.has("mqtt.max_connect_size") {
+		v.fail("mqtt.max_connect_size", fmt.Errorf("%v is larger than mqtt.max_packet_size (%v)", em.MaxConnectSize, em.MaxPacketSize))
+	}
+	limit(&v, "mqtt.max_connecting_bytes", m.MaxConnectingBytes, dm.MaxConnectingBytes, bounds[Size]{MiB, 0, false})
 	limit(&v, "mqtt.write_timeout", m.WriteTimeout, dm.WriteTimeout, bounds[Duration]{minTimeout, 0, false})
 
 	limit(&v, "mqtt.max_connections", m.MaxConnections, dm.MaxConnections, bounds[Limit]{1, 0, true})
