@@ -295,6 +295,26 @@ func TestValidateErrors(t *testing.T) {
 			want: `linemq.yaml:2: storage.max_size: 1MiB out of range (2MiB or more, or unlimited)`,
 		},
 		{
+			name: "acl_overlap neither refuse nor filter",
+			yaml: lines("auth:", "  acl_overlap: grant"),
+			want: `linemq.yaml:2: auth.acl_overlap: "grant" is neither "refuse" nor "filter"`,
+		},
+		{
+			name: "connect size below 1KiB",
+			yaml: lines("mqtt:", "  max_connect_size: 512"),
+			want: `linemq.yaml:2: mqtt.max_connect_size: 512 out of range (1KiB or more)`,
+		},
+		{
+			name: "connect size above the packet size",
+			yaml: lines("mqtt:", "  max_packet_size: 32KiB", "  max_connect_size: 64KiB"),
+			want: `linemq.yaml:3: mqtt.max_connect_size: 64KiB is larger than mqtt.max_packet_size (32KiB)`,
+		},
+		{
+			name: "connecting bytes below 1MiB",
+			yaml: lines("mqtt:", "  max_connecting_bytes: 64KiB"),
+			want: `linemq.yaml:2: mqtt.max_connecting_bytes: 64KiB out of range (1MiB or more)`,
+		},
+		{
 			name: "max sessions zero",
 			yaml: lines("mqtt:", "  max_sessions: 0"),
 			want: `linemq.yaml:2: mqtt.max_sessions: 0 is not allowed (1 or more, or unlimited); leave the key out for the default (10000), or write unlimited for no limit`,
