@@ -83,15 +83,23 @@ func (c *crashTracker) missing(acked []uint64) (missing int, dups int) {
 // it reports failures instead of failing the test, so the caller can
 // reconnect. It returns the CONNACK's session present flag.
 func dialMQTT(addr, id string, clean bool) (*brokertest.Client, bool, error) {
+	cp := &packet.Connect{ClientID: []byte(id), CleanStart: clean}
+	cp.Props.Set(packet.PropSessionExpiry)
+	cp.Props.SessionExpiry = 3600
+	return dialConnect(addr, cp)
+}
+
+// dialConnect sends cp (as MQTT 5) to addr and returns the connection once
+// its CONNACK accepted it, with Session Present; any other outcome is an
+// error and the connection is closed.
+func dialConnect(addr string, cp *packet.Connect) (*brokertest.Client, bool, error) {
 	nc, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return nil, false, err
 	}
 	// A Client without a test: its Read and Write never fail the test.
 	c := &brokertest.Client{Conn: nc, Version: packet.V5}
-	cp := packet.Connect{ProtocolName: []byte("MQTT"), Version: packet.V5, ClientID: []byte(id), CleanStart: clean}
-	cp.Props.Set(packet.PropSessionExpiry)
-	cp.Props.SessionExpiry = 3600
+	cp.ProtocolName, cp.Version = []byte("MQTT"), packet.V5
 	if err := c.Write(cp.Append(nil)); err != nil {
 		nc.Close()
 		return nil, false, err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -73,12 +72,7 @@ func (w *willWatcher) count() int {
 // dialWithWill connects id to addr with a QoS 1 will on will/<id>, the
 // given Will Delay Interval and session expiry.
 func dialWithWill(addr, id string, delay, expiry uint32) (*brokertest.Client, error) {
-	nc, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return nil, err
-	}
-	c := &brokertest.Client{Conn: nc, Version: packet.V5}
-	cp := packet.Connect{ProtocolName: []byte("MQTT"), Version: packet.V5, ClientID: []byte(id), CleanStart: true,
+	cp := &packet.Connect{ClientID: []byte(id), CleanStart: true,
 		WillFlag: true, WillQoS: 1, WillTopic: []byte("will/" + id), WillPayload: []byte("dead")}
 	if expiry > 0 {
 		cp.Props.Set(packet.PropSessionExpiry)
@@ -88,21 +82,8 @@ func dialWithWill(addr, id string, delay, expiry uint32) (*brokertest.Client, er
 		cp.WillProps.Set(packet.PropWillDelay)
 		cp.WillProps.WillDelay = delay
 	}
-	if err := c.Write(cp.Append(nil)); err != nil {
-		c.Conn.Close()
-		return nil, err
-	}
-	h, body, err := c.Read(5 * time.Second)
-	if err != nil || h.Type != packet.CONNACK {
-		c.Conn.Close()
-		return nil, fmt.Errorf("no CONNACK: %v", err)
-	}
-	var ca packet.Connack
-	if err := ca.Decode(packet.V5, body); err != nil || ca.Reason != packet.Success {
-		c.Conn.Close()
-		return nil, fmt.Errorf("CONNACK %v %v", ca.Reason, err)
-	}
-	return c, nil
+	c, _, err := dialConnect(addr, cp)
+	return c, err
 }
 
 // TestClusterWillsOfADeadGateway: 50 clients with QoS 1 wills on one

@@ -109,3 +109,7 @@ func (h meshHandler) Deliver(from string, to peer.Target, m *broker.Message, r p
 	h.n.srv.DeliverFrom(broker.RemoteMember{Node: h.n.self, Group: to.Group, Filter: to.Filter, ClientID: to.Client}, m,
 		func(accepted bool, err error) { r.Done(accepted, err) })
 }
+
+// Interface guard: the wills of a dead node's clients count from the last
+// ping answered (node.go), which a renamed method would silently lose.
+var _ HeardTransport = (*Mesh)(nil)

@@ -457,9 +457,17 @@ func (n *Node) KeepWills(ctx context.Context) { n.wills.run(ctx) }
 // WillStats reports what this node did with dead nodes' clients' wills.
 func (n *Node) WillStats() WillStats { return n.wills.stats() }
 
+// HeardTransport is a Transport that knows when it last heard from each
+// node (gateway/peer's pings): the wills of a dead node's clients count
+// their delay from then. Without it, from when the node's death is seen.
+type HeardTransport interface {
+	Transport
+	LastHeard(node string) time.Time
+}
+
 // lastHeard reports when node was last heard from, if the transport knows.
 func (n *Node) lastHeard(node string) time.Time {
-	if t, ok := n.tr.(interface{ LastHeard(string) time.Time }); ok {
+	if t, ok := n.tr.(HeardTransport); ok {
 		return t.LastHeard(node)
 	}
 	return time.Time{}

@@ -349,11 +349,7 @@ func (w *wills) publish(ctx context.Context, client string, p *orphanedWill) {
 	if info, ok := w.n.reg.NodeInfo(p.node); ok && info.Epoch == p.epoch {
 		// Back (it was cut off from etcd for a moment, not dead): its
 		// client is still connected to it, and the will is its own again.
-		w.mu.Lock()
-		if w.pending[client] == p {
-			delete(w.pending, client)
-		}
-		w.mu.Unlock()
+		w.unpend(client, p)
 		w.cancelled.Add(1)
 		return
 	}
@@ -371,11 +367,7 @@ func (w *wills) publish(ctx context.Context, client string, p *orphanedWill) {
 		}
 		return
 	}
-	w.mu.Lock()
-	if w.pending[client] == p {
-		delete(w.pending, client)
-	}
-	w.mu.Unlock()
+	w.unpend(client, p)
 	if !took {
 		w.cancelled.Add(1)
 		return
@@ -383,6 +375,16 @@ func (w *wills) publish(ctx context.Context, client string, p *orphanedWill) {
 	w.published.Add(1)
 	w.n.log.Info("published the will of a client whose gateway died", "client", client, "node", p.node, "topic", p.will.Message.Topic)
 	w.n.srv.PublishWill(p.will.At(time.Now()))
+}
+
+// unpend forgets p, client's orphaned will, unless a later record of the
+// client's replaced it meanwhile.
+func (w *wills) unpend(client string, p *orphanedWill) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pending[client] == p {
+		delete(w.pending, client)
+	}
 }
 
 // stopAll stops the timers of the wills waiting here: another node

@@ -55,14 +55,7 @@ func (r *Registry) Will(ctx context.Context, client string) (WillRecord, bool, e
 // (the client connected again, to any node) is left alone.
 func (r *Registry) TakeWill(ctx context.Context, client string, modRevision int64) (bool, error) {
 	k := r.keys.will(client)
-	resp, err := r.opts.Client.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(k), "=", modRevision)).
-		Then(clientv3.OpDelete(k)).
-		Commit()
-	if err != nil {
-		return false, err
-	}
-	return resp.Succeeded, nil
+	return r.deleteIf(ctx, k, clientv3.Compare(clientv3.ModRevision(k), "=", modRevision))
 }
 
 // DropWill deletes client's will record if its value is still value: the
@@ -71,10 +64,12 @@ func (r *Registry) TakeWill(ctx context.Context, client string, modRevision int6
 // reports whether it deleted one.
 func (r *Registry) DropWill(ctx context.Context, client, value string) (bool, error) {
 	k := r.keys.will(client)
-	resp, err := r.opts.Client.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(k), "=", value)).
-		Then(clientv3.OpDelete(k)).
-		Commit()
+	return r.deleteIf(ctx, k, clientv3.Compare(clientv3.Value(k), "=", value))
+}
+
+// deleteIf deletes key k if cmp holds, and reports whether it did.
+func (r *Registry) deleteIf(ctx context.Context, k string, cmp clientv3.Cmp) (bool, error) {
+	resp, err := r.opts.Client.Txn(ctx).If(cmp).Then(clientv3.OpDelete(k)).Commit()
 	if err != nil {
 		return false, err
 	}
