@@ -129,6 +129,12 @@ type ClusterInbound interface {
 	// Sparkplug edge node announces itself anew (NBIRTH after the NDEATH
 	// the others saw).
 	WillPublishedElsewhere(clientID string)
+	// ReplicaSnapshot, AdoptReplica, DropReplicated and NodeFailedOver
+	// serve the replicas of persistent sessions (replica.go).
+	ReplicaSnapshot(clientID string, f func(st *SessionState)) bool
+	AdoptReplica(st *SessionState, disconnected time.Time) error
+	DropReplicated(clientID string, upTo uint64)
+	NodeFailedOver(node string)
 }
 
 var _ ClusterInbound = (*Server)(nil)

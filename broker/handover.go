@@ -353,6 +353,24 @@ func (srv *Server) Drop(clientID string) {
 // members, but for those it took after its adoption when settleAdopted
 // is set: they go to the other members first (settle).
 func (srv *Server) discard(sess *session, settleAdopted bool) {
+	if !settleAdopted {
+		srv.discardAbove(sess, ^uint64(0))
+		return
+	}
+	srv.discardAbove(sess, sess.adoptedSeq())
+}
+
+// adoptedSeq is the seq of the last message of the state the session was
+// adopted with.
+func (sess *session) adoptedSeq() uint64 {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	return sess.adopted
+}
+
+// discardAbove is discard, settling the undelivered messages with a seq
+// after upTo.
+func (srv *Server) discardAbove(sess *session, upTo uint64) {
 	sess.mu.Lock()
 	if sess.ended {
 		sess.mu.Unlock()
@@ -363,8 +381,8 @@ func (srv *Server) discard(sess *session, settleAdopted bool) {
 	srv.letGo(sess, "")
 	sess.mu.Lock()
 	var since []delivery
-	if settleAdopted {
-		since = slices.DeleteFunc(sess.takeUndelivered(nil), func(d delivery) bool { return d.seq <= sess.adopted })
+	if upTo != ^uint64(0) {
+		since = slices.DeleteFunc(sess.takeUndelivered(nil), func(d delivery) bool { return d.seq <= upTo })
 	}
 	sess.queue.reset()
 	clear(sess.inflight)

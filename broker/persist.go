@@ -21,6 +21,12 @@ func (s *session) saveLocked() {
 	if !s.persistentLocked() {
 		return
 	}
+	s.stored = true
+	s.srv.storeErr("save session", s.id, s.srv.opts.Store.SaveSession(s.recordLocked()))
+}
+
+// recordLocked is the session's own record, without its subscriptions.
+func (s *session) recordLocked() *SessionRecord {
 	rec := &SessionRecord{ClientID: s.id, Version: s.version, ExpiryInterval: s.expiry}
 	if s.conn == nil {
 		rec.Disconnected = s.since // zero while connected: a restart counts from then
@@ -32,8 +38,7 @@ func (s *session) saveLocked() {
 	if w != nil {
 		rec.Will = &WillRecord{Message: w.msg, Delay: w.delay, Expiry: w.expiry, HasExpiry: w.hasExpiry}
 	}
-	s.stored = true
-	s.srv.storeErr("save session", s.id, s.srv.opts.Store.SaveSession(rec))
+	return rec
 }
 
 // saveSubLocked writes one subscription of a persistent session; it
@@ -42,11 +47,7 @@ func (s *session) saveSubLocked(sub *subscription) bool {
 	if !s.persistentLocked() {
 		return false
 	}
-	rec := SubscriptionRecord{
-		Filter: sub.filter, QoS: sub.qos, NoLocal: sub.noLocal, RetainAsPublished: sub.retainAsPublished,
-		RetainHandling: sub.retainHandling, SubscriptionID: sub.id,
-	}
-	s.srv.storeErr("save subscription", s.id, s.srv.opts.Store.SaveSubscription(s.id, rec))
+	s.srv.storeErr("save subscription", s.id, s.srv.opts.Store.SaveSubscription(s.id, sub.record()))
 	return true
 }
 
@@ -65,6 +66,13 @@ func (s *session) saveMsgLocked(d *delivery) {
 	if d.qos == 0 || !s.persistentLocked() {
 		return
 	}
+	rec := s.messageRecord(d)
+	d.stored = true
+	s.srv.storeErr("save message", s.id, s.srv.opts.Store.SaveMessage(s.id, rec))
+}
+
+// messageRecord is the stored form of a delivery.
+func (s *session) messageRecord(d *delivery) *MessageRecord {
 	rec := &MessageRecord{
 		Seq: d.seq, Message: d.msg, QoS: d.qos, Retain: d.retain, Sent: d.sent, Released: d.released,
 		SubIDs: d.subIDs.appendTo(nil),
@@ -74,8 +82,7 @@ func (s *session) saveMsgLocked(d *delivery) {
 	if d.group != nil {
 		rec.GroupName, rec.GroupFilter = d.group.key.name, d.group.key.filter
 	}
-	d.stored = true
-	s.srv.storeErr("save message", s.id, s.srv.opts.Store.SaveMessage(s.id, rec))
+	return rec
 }
 
 // forgetMsgLocked deletes a delivery's record, if it has one.

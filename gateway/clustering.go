@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/linemq/linemq/gateway/cluster"
 	"github.com/linemq/linemq/gateway/config"
 	"github.com/linemq/linemq/gateway/health"
 	"github.com/linemq/linemq/gateway/web"
+	"github.com/linemq/linemq/storage/bolt"
 )
 
 // startCluster starts the gateway's part of its line from the cluster
@@ -33,10 +37,44 @@ func startCluster(ctx context.Context, cfg *config.Config, dataDir, version stri
 			Endpoints: cc.Etcd.Endpoints, TLS: etcdTLS,
 		},
 		ExpectedNodes: cc.ExpectedNodes,
+		Replicas:      replicaStores(cfg, dataDir, log),
 		Version:       version,
 		DataDir:       dataDir,
 		Logger:        log,
 	})
+}
+
+// ReplicaDir is the directory, in the data directory, of the stores of
+// other gateways' sessions kept here: one bbolt file per gateway.
+const ReplicaDir = "replicas"
+
+// replicaStores opens the stores of the sessions other gateways replicate
+// here, in DataDir/replicas/<node>.db.
+func replicaStores(cfg *config.Config, dataDir string, log *slog.Logger) cluster.ReplicaOptions {
+	dir := filepath.Join(dataDir, ReplicaDir)
+	path := func(origin string) string { return filepath.Join(dir, origin+".db") }
+	return cluster.ReplicaOptions{
+		Count: *cfg.WithDefaults().Cluster.Replicas,
+		Open: func(origin string) (cluster.ReplicaStore, error) {
+			if err := os.MkdirAll(dir, 0o750); err != nil {
+				return nil, err
+			}
+			return bolt.Open(path(origin), &bolt.Options{
+				Sync:          bolt.SyncMode(cfg.Storage.Sync),
+				BatchInterval: time.Duration(cfg.Storage.BatchInterval),
+				Logger:        log.With("component", "storage", "replicas_of", origin),
+			})
+		},
+		Remove: func(origin string) error { return os.Remove(path(origin)) },
+		List: func() ([]string, error) {
+			files, err := filepath.Glob(filepath.Join(dir, "*.db"))
+			var names []string
+			for _, f := range files {
+				names = append(names, strings.TrimSuffix(filepath.Base(f), ".db"))
+			}
+			return names, err
+		},
+	}
 }
 
 // clusterChecks registers the cluster's health checks: "cluster" (the
@@ -91,6 +129,7 @@ func clusterStats(c *cluster.Cluster) web.ClusterStats {
 	}
 	out.Peers = cs.Peers
 	out.Wills = web.WillStats{Published: cs.Wills.Published, Waiting: cs.Wills.Waiting, Cancelled: cs.Wills.Cancelled}
+	out.Replicas = cs.Replicas
 	return out
 }
 

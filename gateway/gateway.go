@@ -165,6 +165,9 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	}
 	bo.Logger = log.With("component", "broker")
 	bo.Store = store
+	if cl != nil {
+		bo.Store = cl.Store(store) // with replicas: writes go to them too
+	}
 	bo.Events = tracker
 	srv, err := broker.New(bo)
 	if err != nil {

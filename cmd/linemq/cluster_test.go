@@ -72,6 +72,12 @@ func startSubscriber(t *testing.T, addr, id, filter string, clean bool, got *cra
 	if clean {
 		c.Write((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte(filter), QoS: 1}}}).Append(nil, packet.V5))
 	}
+	return consume(c, present, got)
+}
+
+// consume counts in got the numbered payloads c receives, acknowledging
+// each.
+func consume(c *brokertest.Client, present bool, got *crashTracker) *worker {
 	w := &worker{got: got, conn: c, done: make(chan struct{}), present: present}
 	go func() {
 		defer close(w.done)
@@ -221,6 +227,12 @@ type publisher struct {
 
 func startPublisher(t *testing.T, addr string, tag uint64) *publisher {
 	t.Helper()
+	return startPublisherTo(t, addr, tag, "cl/x")
+}
+
+// startPublisherTo is startPublisher on topic.
+func startPublisherTo(t *testing.T, addr string, tag uint64, topic string) *publisher {
+	t.Helper()
 	c, _, err := dialMQTT(addr, fmt.Sprint("pub", tag), true)
 	if err != nil {
 		t.Fatalf("publisher %d: %v", tag, err)
@@ -236,7 +248,7 @@ func startPublisher(t *testing.T, addr string, tag uint64) *publisher {
 			}
 			payload := strconv.FormatUint(tag*1e9+seq, 10)
 			sent := time.Now()
-			pub := packet.Publish{Topic: []byte("cl/x"), QoS: 1, PacketID: uint16(seq%60000 + 1), Payload: []byte(payload)}
+			pub := packet.Publish{Topic: []byte(topic), QoS: 1, PacketID: uint16(seq%60000 + 1), Payload: []byte(payload)}
 			if c.Write(pub.Append(nil, packet.V5)) != nil {
 				return
 			}
@@ -353,6 +365,21 @@ func clusterFault(t *testing.T, fault string) {
 		workers[0] = w
 	}
 	flow(t, pubs, 400) // traffic after the fault (about 2 s)
+	if fault == "stop" {
+		select {
+		case <-workers[victim].done:
+			// Frozen past its lease, node 3 found its member's session
+			// adopted by the member's replica and closed the connection
+			// (0x8E): the member resumes it, as any MQTT client reconnects.
+			w, present := resumeWorker(t, c.addrs[victim], fmt.Sprint("w", victim+1), got)
+			t.Logf("w%d's session was adopted from its replica while node %d was frozen; resumed with Session Present %v", victim+1, victim+1, present)
+			if !present {
+				t.Errorf("w%d resumed its adopted session with Session Present 0", victim+1)
+			}
+			workers[victim] = w
+		default:
+		}
+	}
 	var acked []uint64
 	for i, p := range pubs {
 		a := p.finish()

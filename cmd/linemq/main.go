@@ -63,6 +63,7 @@ var flagKeys = map[string]string{
 	"log-format":  "log_format",
 
 	"cluster-listen":       "cluster.listen",
+	"cluster-replicas":     "cluster.replicas",
 	"etcd-endpoints":       "cluster.etcd.endpoints",
 	"etcd-embed":           "cluster.etcd.embed",
 	"etcd-name":            "cluster.etcd.name",
@@ -196,6 +197,7 @@ func newFlagSet(stderr io.Writer) (fs *flag.FlagSet, configFile *string, showVer
 	fs.String("log-level", config.DefaultLogLevel, "`LEVEL` of logs: debug, info, warn or error (log_level)")
 	fs.String("log-format", config.DefaultLogFormat, "`FORMAT` of logs: text or json (log_format)")
 	fs.String("cluster-listen", "", "`ADDR` of the node-to-node transport, host:port; turns clustering on (cluster.listen)")
+	fs.Int("cluster-replicas", config.DefaultReplicas, "`N` other gateways keeping a copy of each persistent session; 0: none (cluster.replicas)")
 	fs.String("etcd-endpoints", "", "comma-separated client `URLS` of an external etcd (cluster.etcd.endpoints)")
 	fs.Bool("etcd-embed", false, "run an etcd member inside this gateway (cluster.etcd.embed)")
 	fs.String("etcd-name", "", "`NAME` of the embedded etcd member; default: the node id (cluster.etcd.name)")

@@ -52,6 +52,10 @@ type Options struct {
 	// them.
 	Logger *slog.Logger
 
+	// Replicas configure the copies of persistent sessions on other
+	// nodes; Replicas.Count 0 keeps none (see replicate.go).
+	Replicas ReplicaOptions
+
 	// Registry and Mesh tune the registry's and the mesh's timings (tests
 	// shorten them); zero values are the defaults. What names the node,
 	// the cluster and their callbacks is the Cluster's own and is
@@ -165,6 +169,17 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	return c, nil
 }
 
+// Store returns the Store the broker is to write to: local itself, or,
+// with replicas, one that also sends each persistent session's writes to
+// its replicas and whose Sync waits for them. Call it once, before
+// broker.New.
+func (c *Cluster) Store(local broker.Store) broker.Store {
+	if c.opts.Replicas.Count <= 0 || local == nil {
+		return local
+	}
+	return c.node.useReplicas(local, c.opts.Replicas)
+}
+
 // Hooks is the cluster as the broker calls it: pass it as
 // broker.Options.Cluster.
 func (c *Cluster) Hooks() broker.Cluster { return c.node }
@@ -211,6 +226,9 @@ func (c *Cluster) Bind(srv broker.ClusterInbound) error {
 		}
 		cancel()
 		close(c.ready)
+		if c.node.held != nil {
+			c.node.held.startup()
+		}
 		c.wg.Go(func() { c.node.KeepWills(ctx) })
 		c.node.SyncRetained(ctx, time.Second)
 	})
@@ -239,8 +257,14 @@ func (c *Cluster) Close() error {
 		if c.etcd != nil {
 			c.etcd.close()
 		}
+		if c.node != nil && c.node.repl != nil {
+			c.node.repl.close()
+		}
 		if c.node != nil && c.node.reg != nil {
 			errs = append(errs, c.node.reg.Close())
+		}
+		if c.node != nil && c.node.held != nil {
+			c.node.held.close()
 		}
 		if c.mesh != nil {
 			errs = append(errs, c.mesh.Close())
@@ -322,6 +346,8 @@ type Stats struct {
 	Etcd     EtcdStatus       `json:"etcd"`
 	// Wills: the wills of dead gateways' clients (see wills.go).
 	Wills WillStats `json:"wills"`
+	// Replicas: the copies of persistent sessions (replicate.go).
+	Replicas ReplicaStats `json:"replicas"`
 }
 
 // Stats returns the registry's, the mesh's and etcd's figures, all from
@@ -336,6 +362,10 @@ func (c *Cluster) Stats() Stats {
 	st.Known = c.node.reg.Nodes()
 	st.Nodes = c.nodes.list()
 	st.Wills = c.node.WillStats()
+	if c.node.repl != nil {
+		c.node.repl.stats(&st.Replicas)
+		c.node.held.stats(&st.Replicas)
+	}
 	if c.etcd != nil {
 		st.Etcd = c.etcd.get()
 	}

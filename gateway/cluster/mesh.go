@@ -48,6 +48,11 @@ func (t *Mesh) Deliver(to broker.RemoteMember, m *broker.Message, done func(erro
 // Available implements Transport.
 func (t *Mesh) Available(node string) bool { return t.m.Available(node) }
 
+// Call implements CallTransport.
+func (t *Mesh) Call(ctx context.Context, node, method string, arg []byte) ([]byte, error) {
+	return t.m.Call(ctx, node, method, arg)
+}
+
 // LastHeard reports when node was last heard from (see peer.Mesh.LastHeard).
 func (t *Mesh) LastHeard(node string) time.Time { return t.m.LastHeard(node) }
 
@@ -89,13 +94,23 @@ type meshHandler struct{ n *Node }
 // Forward reaches this node's ordinary subscribers only.
 func (h meshHandler) Forward(from string, m *broker.Message) { h.n.srv.ForwardFrom(from, m) }
 
-// Call answers the mesh's calls: a session's hand-over.
+// Call answers the mesh's calls: a session's hand-over, retained messages,
+// replica writes and fail-overs done.
 func (h meshHandler) Call(from, method string, arg []byte) ([]byte, error) {
 	switch method {
 	case callHandOver:
 		return h.n.HandOver(from, string(arg)), nil
 	case callRetained:
 		return appendRetained(nil, h.n.srv.RetainedSnapshot()), nil
+	case callReplicaApply, callFailedOver:
+		if h.n.held == nil {
+			return nil, errors.New("cluster: this node keeps no replicas (cluster.replicas is 0)")
+		}
+		if method == callFailedOver {
+			h.n.held.mark(string(arg), from)
+			return nil, nil
+		}
+		return nil, h.n.held.apply(from, arg)
 	}
 	return nil, fmt.Errorf("cluster: unknown call %q", method)
 }
@@ -113,3 +128,6 @@ func (h meshHandler) Deliver(from string, to peer.Target, m *broker.Message, r p
 // Interface guard: the wills of a dead node's clients count from the last
 // ping answered (node.go), which a renamed method would silently lose.
 var _ HeardTransport = (*Mesh)(nil)
+
+// Interface guard: without calls, replicas would silently stop.
+var _ CallTransport = (*Mesh)(nil)

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -80,6 +81,12 @@ type Node struct {
 	// wills keeps the line's record of this node's connections' wills
 	// and publishes those of dead nodes' clients.
 	wills *wills
+
+	// repl sends this node's persistent sessions to their replicas, and
+	// held keeps other nodes' (replicate.go, failover.go); both nil
+	// without replicas.
+	repl *replicator
+	held *held
 
 	// ready is closed once the node knows the others and has settled its
 	// restored sessions: a CONNECT before then waits for it (Claim).
@@ -157,7 +164,41 @@ func (n *Node) bind(srv broker.ClusterInbound) error {
 		return errors.New("cluster: already bound to a broker")
 	}
 	n.srv = srv
+	if n.repl != nil {
+		snap := srv.ReplicaSnapshot
+		n.repl.run = n.reg.Epoch()
+		n.repl.snapshot.Store(&snap)
+	}
 	return nil
+}
+
+// CallTransport is a Transport that carries calls: requests that need an
+// answer, such as a batch of replica writes.
+type CallTransport interface {
+	Transport
+	Call(ctx context.Context, node, method string, arg []byte) ([]byte, error)
+}
+
+// errNoCalls is the error of a call over a transport that has none.
+var errNoCalls = errors.New("cluster: the transport carries no calls")
+
+// call makes a call to node, if the transport carries calls.
+func (n *Node) call(ctx context.Context, node, method string, arg []byte) ([]byte, error) {
+	if t, ok := n.tr.(CallTransport); ok {
+		return t.Call(ctx, node, method, arg)
+	}
+	return nil, errNoCalls
+}
+
+// useReplicas makes local the store under the returned one, which sends
+// every persistent session's writes to its replicas, and keeps the
+// replicas of other nodes' sessions here. Call it before Bind.
+func (n *Node) useReplicas(local broker.Store, o ReplicaOptions) broker.Store {
+	n.repl = newReplicator(local, o.Count, n.self, n.log.With("part", "replicas"))
+	n.repl.call = n.call
+	n.repl.available = n.tr.Available
+	n.held = newHeld(n, o)
+	return n.repl
 }
 
 // Forward implements broker.Cluster.
@@ -246,6 +287,17 @@ func (n *Node) claim(ctx context.Context, clientID string, cleanStart bool, will
 			o, ok = lo, lok
 		}
 	}
+	if !ok && !cleanStart && n.held != nil && n.held.pending() {
+		// A gateway is gone and its sessions are being adopted from their
+		// replicas: this one may be among them. Claimed now, it would
+		// start empty.
+		if err := n.held.waitFailovers(ctx); err != nil {
+			return fmt.Errorf("cluster: waiting for a gone gateway's sessions to be adopted: %w", err)
+		}
+		if lo, lok, err := n.reg.LookupSession(ctx, clientID); err == nil {
+			o, ok = lo, lok
+		}
+	}
 	if ok && o.Node != n.self && !cleanStart {
 		st, err := n.tr.HandOver(ctx, o.Node, clientID)
 		if err != nil {
@@ -310,6 +362,11 @@ func (n *Node) Reconcile(ctx context.Context) {
 		}
 		o, owned := n.reg.SessionOwner(c.ClientID)
 		switch {
+		case owned && o.Node != n.self && o.ReplicaOf == n.self:
+			// Adopted from its replica while this node was gone: that
+			// copy has everything this one had acknowledged.
+			n.log.Info("letting go of a restored session the line adopted from its replica", "client", c.ClientID, "owner", o.Node, "queued", c.Queued)
+			n.srv.DropReplicated(c.ClientID, math.MaxUint64)
 		case owned && o.Node != n.self:
 			n.log.Info("letting go of a restored session another node owns now", "client", c.ClientID, "owner", o.Node, "queued", c.Queued)
 			n.srv.Evict(c.ClientID)
@@ -495,11 +552,17 @@ func (n *Node) HandleEvent(ev registry.Event) {
 		n.nodesChanged()
 		if ev.Kind == registry.NodeJoined {
 			n.unparkLater(ev.Node)
+			if n.held != nil {
+				n.held.joined(ev.Node)
+			}
 		}
 	case registry.NodeLeft:
 		n.wills.left(ev.Node, n.lastHeard(ev.Node)) // before its link goes
 		n.tr.SetPeer(ev.Node, "")
 		n.nodesChanged()
+		if n.held != nil {
+			n.held.left(ev.Node)
+		}
 	case registry.RouteAdded:
 		n.unpark(ev.Node, ev.Filter)
 		n.srv.SetRemoteRoute(ev.Node, ev.Filter, true)
@@ -519,9 +582,17 @@ func (n *Node) HandleEvent(ev registry.Event) {
 	case registry.MemberLeft:
 		n.srv.SetRemoteMember(remoteMember(ev), false)
 	case registry.SessionOwned:
-		if n.lost(ev) {
-			n.srv.Evict(ev.Client) // another node took the client over
+		if !n.lost(ev) {
+			break
 		}
+		if ev.Owner.ReplicaOf == n.self && n.repl != nil {
+			// Adopted from its replica while this node was taken for
+			// dead: what the replica has goes with that copy, and only
+			// what this node took alone is handed on.
+			n.srv.DropReplicated(ev.Client, n.repl.replicated(ev.Client))
+			break
+		}
+		n.srv.Evict(ev.Client) // another node took the client over
 	}
 }
 
@@ -633,10 +704,18 @@ func (n *Node) unparkLater(node string) {
 	})
 }
 
-// nodesChanged tells onNodes the registered nodes.
+// nodesChanged tells onNodes and the replicas the registered nodes.
 func (n *Node) nodesChanged() {
+	nodes := n.reg.Nodes()
 	if n.onNodes != nil {
-		n.onNodes(n.reg.Nodes())
+		n.onNodes(nodes)
+	}
+	if n.repl != nil {
+		names := make([]string, 0, len(nodes))
+		for _, r := range nodes {
+			names = append(names, r.Name)
+		}
+		n.repl.setPeers(names)
 	}
 }
 

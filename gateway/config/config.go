@@ -294,6 +294,13 @@ type Cluster struct {
 	// too.
 	ExpectedNodes []string `yaml:"expected_nodes"`
 
+	// Replicas is how many other gateways keep a copy of each persistent
+	// session this one owns (its subscriptions, queued and in-flight
+	// messages), so that the line keeps the session when this gateway
+	// dies with its storage; a publisher's acknowledgement waits for the
+	// copies. 0 keeps none. Default 1.
+	Replicas *int `yaml:"replicas"`
+
 	// Forwards bounds the QoS 1 and 2 messages kept here for another
 	// gateway's ordinary subscribers until that gateway has them (while
 	// it is down, frozen or cut off). When a bound is reached the oldest
@@ -479,6 +486,12 @@ const (
 	DefaultProbeTimeout  = 3 * time.Second
 )
 
+// DefaultReplicas is cluster.replicas' default.
+const DefaultReplicas = 1
+
+// MaxReplicas bounds cluster.replicas: a line has at most five gateways.
+const MaxReplicas = 4
+
 // Default returns a Config with every field set to its default. Each call
 // returns new pointers, so callers may change the result freely.
 func Default() *Config {
@@ -523,7 +536,7 @@ func Default() *Config {
 		HTTP:                HTTP{Listen: new(DefaultHTTPListen)},
 		SharedSubscriptions: SharedSubscriptions{Strategy: DefaultStrategy},
 		Health:              Health{ProbeInterval: Duration(DefaultProbeInterval), ProbeTimeout: Duration(DefaultProbeTimeout)},
-		Cluster:             Cluster{Name: DefaultClusterName},
+		Cluster:             Cluster{Name: DefaultClusterName, Replicas: new(DefaultReplicas)},
 		Storage:             Storage{Sync: SyncMode(bolt.SyncBatch), BatchInterval: Duration(bolt.DefaultBatchInterval), MaxSize: Unlimited},
 	}
 }

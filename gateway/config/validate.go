@@ -334,6 +334,9 @@ func (v *validator) cluster(c *Cluster) {
 			}
 		}
 	}
+	if r := c.Replicas; r != nil && (*r < 0 || *r > MaxReplicas) {
+		v.fail("cluster.replicas", fmt.Errorf("%d is not between 0 (no copies) and %d", *r, MaxReplicas))
+	}
 	limit(v, "cluster.forwards.max_bytes", c.Forwards.MaxBytes, DefaultForwardMaxBytes, bounds[Size]{1024, 0, false})
 	limit(v, "cluster.forwards.max_age", c.Forwards.MaxAge, DefaultForwardMaxAge, bounds[Duration]{Duration(time.Second), 0, false})
 	seen := map[string]bool{}

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/gateway/cluster"
 	"github.com/linemq/linemq/gateway/peer"
 )
 
@@ -21,6 +22,9 @@ type ClusterStats struct {
 	Up, Missing int
 	// Wills: what this node did with dead gateways' clients' wills.
 	Wills WillStats
+	// Replicas: the copies of persistent sessions, this node's and those
+	// it keeps for others.
+	Replicas cluster.ReplicaStats
 }
 
 // WillStats count the wills of dead gateways' clients handled by this
@@ -76,6 +80,7 @@ type clusterCollector struct {
 	deliveries    metric
 	forwards      []forwardScalar
 	wills         []series[WillStats]
+	replicas      []series[cluster.ReplicaStats]
 }
 
 type (
@@ -105,6 +110,19 @@ func newClusterCollector(s *Server) *clusterCollector {
 		{newMetric("cluster_dead_node_wills_cancelled_total", "Such wills this node waited for and did not publish: another node did, or the client came back within the delay.", counter), func(w *WillStats) float64 { return float64(w.Cancelled) }},
 		{newMetric("cluster_dead_node_wills_waiting", "Such wills waiting out their delay on this node.", gauge), func(w *WillStats) float64 { return float64(w.Waiting) }},
 	}
+	rp := func(name, help string, kind prometheus.ValueType, f func(*cluster.ReplicaStats) float64) {
+		c.replicas = append(c.replicas, series[cluster.ReplicaStats]{newMetric("cluster_replica_"+name, help, kind), f})
+	}
+	rp("count", "cluster.replicas: how many other gateways keep a copy of each persistent session owned here.", gauge, func(r *cluster.ReplicaStats) float64 { return float64(r.Count) })
+	rp("sessions", "Persistent sessions owned here.", gauge, func(r *cluster.ReplicaStats) float64 { return float64(r.Sessions) })
+	rp("sessions_below_count", "Of them, sessions with fewer copies in step than cluster.replicas (a replica unreachable, or being sent the session whole).", gauge, func(r *cluster.ReplicaStats) float64 { return float64(r.BelowCount) })
+	rp("batches_total", "Batches of session changes a replica accepted.", counter, func(r *cluster.ReplicaStats) float64 { return float64(r.Batches) })
+	rp("bytes_total", "Bytes of those batches.", counter, func(r *cluster.ReplicaStats) float64 { return float64(r.Bytes) })
+	rp("changes_total", "Session changes in those batches.", counter, func(r *cluster.ReplicaStats) float64 { return float64(r.Ops) })
+	rp("resyncs_total", "Times a replica was sent every session meant for it whole.", counter, func(r *cluster.ReplicaStats) float64 { return float64(r.Resyncs) })
+	rp("unreplicated_total", "Session changes acknowledged without their replica, which could not be reached (sent whole once it can).", counter, func(r *cluster.ReplicaStats) float64 { return float64(r.Unreplicated) })
+	rp("adopted_total", "Sessions of gateways that died adopted here from their replicas.", counter, func(r *cluster.ReplicaStats) float64 { return float64(r.Adopted) })
+	rp("held_sessions", "Sessions of other gateways kept here as their replica.", gauge, func(r *cluster.ReplicaStats) float64 { return float64(r.HeldSessions) })
 	c.nodes = newMetric("cluster_nodes", "Gateways of the line by state: up (registered now) or missing (belongs to the line, not registered).", gauge, "state")
 	c.regState = newMetric("cluster_registry_state", "1 for the registry's current state (starting, healthy, degraded, closed), 0 for the others.", gauge, "state")
 	rs := func(name, help string, kind prometheus.ValueType, f func(*RegistryStats) float64) {
@@ -176,6 +194,9 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range c.wills {
 		ch <- m.desc
 	}
+	for _, m := range c.replicas {
+		ch <- m.desc
+	}
 	for _, m := range c.registry {
 		ch <- m.desc
 	}
@@ -212,6 +233,9 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, m := range c.wills {
 		emit(m.metric, m.value(&cs.Wills))
+	}
+	for _, m := range c.replicas {
+		emit(m.metric, m.value(&cs.Replicas))
 	}
 	for i := range cs.Peers {
 		p := &cs.Peers[i]

@@ -544,11 +544,15 @@ func (g *registrar) sessionItem(o *op, lease clientv3.LeaseID) (item, bool) {
 		g.seq++
 		cs.seq = g.seq
 		cs.expect = g.expected(o.client)
+		if cs.replicaOf != "" {
+			cs.expect = Owner{} // only a record that is gone
+		}
 	}
 	expect := cs.expect
 	value := mustJSON(sessionValue{
 		ownerRef: ownerRef{Node: r.opts.Node, Epoch: r.opts.Epoch, Seq: cs.seq},
 		Prev:     refOf(expect),
+		Replica:  cs.replicaOf,
 	})
 	then := []clientv3.Op{clientv3.OpPut(k, value, clientv3.WithLease(lease))}
 	if cs.setWill {
@@ -586,6 +590,10 @@ func (g *registrar) sessionItem(o *op, lease clientv3.LeaseID) (item, bool) {
 					prev = v.Prev.owner()
 				}
 				g.claimed(o, string(kvs[0].Value), cur.Revision, prev)
+				return
+			}
+			if cs.replicaOf != "" {
+				o.w.complete(0, fmt.Errorf("%w: %q (%s)", ErrOwned, o.client, cur.Node))
 				return
 			}
 			if cs.attempts++; cs.attempts >= maxClaimAttempts {

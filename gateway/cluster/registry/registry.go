@@ -23,6 +23,9 @@ var (
 	// ErrContended is returned by ClaimSession when other nodes kept
 	// changing the ownership record faster than this node could claim it.
 	ErrContended = errors.New("registry: session ownership contended")
+	// ErrOwned is returned by ClaimReplica for a client another node
+	// owns.
+	ErrOwned = errors.New("registry: another node owns the session")
 )
 
 // Defaults used for the zero values of Options.

@@ -66,6 +66,9 @@ type Owner struct {
 	// Revision is the etcd revision of the ownership record; each claim
 	// writes a new one.
 	Revision int64
+	// ReplicaOf names the node whose session this owner adopted from its
+	// replica once that node was gone (ClaimReplica); empty otherwise.
+	ReplicaOf string
 }
 
 // Claim is the result of a successful ClaimSession.
@@ -219,6 +222,9 @@ type (
 		// Prev records whom the claim took over from, so a claim whose
 		// reply was lost learns it when it finds its own record.
 		Prev *ownerRef `json:"prev,omitempty"`
+		// Replica names the node whose session the claimant adopted
+		// from its replica, that node being gone (ClaimReplica).
+		Replica string `json:"replica,omitempty"`
 	}
 )
 
@@ -228,6 +234,12 @@ func mustJSON(v any) string {
 		panic(err) // plain structs of strings and numbers always encode
 	}
 	return string(b)
+}
+
+func (v sessionValue) owner() Owner {
+	o := v.ownerRef.owner()
+	o.ReplicaOf = v.Replica
+	return o
 }
 
 func (o ownerRef) owner() Owner {

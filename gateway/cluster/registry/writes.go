@@ -93,6 +93,10 @@ type claimState struct {
 	// client and the line holds another connection's will for it.
 	setWill bool
 	will    string
+
+	// replicaOf: the claim adopts a gone node's session from a replica
+	// (ClaimReplica). It succeeds only where nobody owns the client.
+	replicaOf string
 }
 
 // AddRoute records that this node has an ordinary subscriber of filter.
@@ -146,6 +150,16 @@ func (r *Registry) ClaimSession(ctx context.Context, client string) (Claim, erro
 // the connection open (Wills, TakeWill).
 func (r *Registry) ClaimConnection(ctx context.Context, client, will string) (Claim, error) {
 	return r.claim(ctx, client, &claimState{ctx: ctx, setWill: true, will: will})
+}
+
+// ClaimReplica makes this node the owner of client's session, adopted
+// from the replica it kept of node's session, node being gone: only if
+// nobody owns the client now (node's record went with its lease). It
+// fails with ErrOwned when another node owns it: its client resumed
+// there, or another replica was adopted first. The record names node, so
+// that node, should it come back, knows its copy lives on here.
+func (r *Registry) ClaimReplica(ctx context.Context, client, node string) (Claim, error) {
+	return r.claim(ctx, client, &claimState{ctx: ctx, replicaOf: node})
 }
 
 func (r *Registry) claim(ctx context.Context, client string, cs *claimState) (Claim, error) {

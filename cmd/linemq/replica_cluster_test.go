@@ -1,0 +1,214 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/linemq/linemq/broker/brokertest"
+	"github.com/linemq/linemq/broker/packet"
+)
+
+// qos1Publisher publishes numbered QoS 1 messages on one connection, one
+// at a time, and reports each PUBACK's reason.
+type qos1Publisher struct {
+	t   *testing.T
+	c   *brokertest.Client
+	pid uint16
+}
+
+func newQoS1Publisher(t *testing.T, addr, id string) *qos1Publisher {
+	t.Helper()
+	c, _, err := dialMQTT(addr, id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Conn.Close() })
+	return &qos1Publisher{t: t, c: c}
+}
+
+func (p *qos1Publisher) publish(topic string, n uint64) packet.ReasonCode {
+	p.t.Helper()
+	p.pid = p.pid%65535 + 1
+	p.c.Write((&packet.Publish{Topic: []byte(topic), QoS: 1, PacketID: p.pid, Payload: []byte(strconv.FormatUint(n, 10))}).Append(nil, packet.V5))
+	for {
+		h, body, err := p.c.Read(10 * time.Second)
+		if err != nil {
+			p.t.Fatalf("no PUBACK for %d: %v", n, err)
+		}
+		if h.Type != packet.PUBACK {
+			continue
+		}
+		var a packet.Ack
+		a.Decode(packet.V5, h.Type, body)
+		return a.Reason
+	}
+}
+
+// subscribeAndLeave gives id a persistent session on addr subscribed to
+// filter at QoS 1, waits for the SUBACK and disconnects: the session stays,
+// offline, and queues what matches.
+func subscribeAndLeave(t *testing.T, addr, id, filter string) {
+	t.Helper()
+	c, _, err := dialMQTT(addr, id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write((&packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: []byte(filter), QoS: 1}}}).Append(nil, packet.V5))
+	for {
+		h, _, err := c.Read(10 * time.Second)
+		if err != nil {
+			t.Fatalf("%s: no SUBACK: %v", id, err)
+		}
+		if h.Type == packet.SUBACK {
+			break
+		}
+	}
+	c.Write((&packet.Disconnect{}).Append(nil, packet.V5))
+	c.Conn.Close()
+}
+
+// resume connects id (clean start 0) to addr until a CONNACK accepts it
+// (0x88 while the line has not yet seen its gateway gone), and counts what
+// it receives; the worker's present is that first CONNACK's Session
+// Present.
+func resume(t *testing.T, addr, id string, got *crashTracker, within time.Duration) *worker {
+	t.Helper()
+	var w *worker
+	if !waitFor(within, func() bool {
+		c, present, err := dialMQTT(addr, id, false)
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			return false
+		}
+		w = consume(c, present, got)
+		return true
+	}) {
+		t.Fatalf("%s could not resume within %s", id, within)
+	}
+	t.Cleanup(func() { w.conn.Conn.Close() })
+	return w
+}
+
+// TestClusterStorageLost is issue 28's recipe: a gateway dies and its SD
+// card with it (SIGKILL, its data directory deleted, never restarted).
+// It held (a) a persistent ordinary QoS 1 subscriber, offline, with 1,000
+// acknowledged messages queued, and (b) an offline share-group member with
+// its share of 20 acknowledged messages queued. With cluster.replicas 1
+// (the default), every acknowledged message must still arrive: (a)'s
+// session resumes on another gateway with Session Present 1 and all 1,000;
+// (b)'s queued share with the group's other member or with (b) resumed.
+func TestClusterStorageLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes and an etcd quorum")
+	}
+	c := startCluster3(t)
+	victim := 2
+	if c.leader() == victim {
+		victim = 1
+	}
+	home := (victim + 1) % 3 // where the publisher and the survivors connect
+	if home == victim {
+		home = 0
+	}
+
+	subscribeAndLeave(t, c.addrs[victim], "hist", "st/ord")
+	got := &crashTracker{seen: map[uint64]int{}}
+	stA := startWorker(t, c.addrs[home], "stA", true, got)
+	defer stA.conn.Conn.Close()
+	stB := startWorker(t, c.addrs[victim], "stB", true, got)
+	pub := newQoS1Publisher(t, c.addrs[home], "pub")
+	// The publisher's node routes to both members before stB leaves.
+	probe := uint64(9e12)
+	if !waitFor(30*time.Second, func() bool {
+		probe++
+		pub.publish("cl/x", probe)
+		return stA.n.Load() > 0 && stB.n.Load() > 0
+	}) {
+		t.Fatal("the publisher's node never routed to the member on the victim")
+	}
+	stB.conn.Write((&packet.Disconnect{}).Append(nil, packet.V5))
+	stB.conn.Conn.Close()
+	<-stB.done
+
+	// (a): 1,000 for the ordinary subscriber, queued on the victim.
+	const ordinary = 1000
+	for n := uint64(1); n <= ordinary; n++ {
+		if rc := pub.publish("st/ord", n); rc != packet.Success {
+			t.Fatalf("publish %d: %v", n, rc)
+		}
+	}
+	// (b): 20 to the group; about half are queued for stB on the victim.
+	var shared []uint64
+	for n := uint64(100001); n <= 100020; n++ {
+		if rc := pub.publish("cl/x", n); rc != packet.Success {
+			t.Fatalf("publish %d: %v", n, rc)
+		}
+		shared = append(shared, n)
+	}
+	t.Logf("acknowledged %d for the offline subscriber and 20 for the group; stA has %d of the 20",
+		ordinary, 20-countMissing(got, shared))
+
+	// (c): load from publishers on every node, the victim's included,
+	// before, during and after its death.
+	var pubs []*publisher
+	for i := range 3 {
+		pubs = append(pubs, startPublisherTo(t, c.addrs[i], uint64(11+i), "st/ord"))
+	}
+	flow(t, pubs, 300)
+
+	killed := time.Now()
+	c.ds[victim].cmd.Process.Kill()
+	<-c.ds[victim].exited
+	if err := os.RemoveAll(filepath.Join(c.dir, "n"+strconv.Itoa(victim+1))); err != nil {
+		t.Fatal(err)
+	}
+
+	hist := &crashTracker{seen: map[uint64]int{}}
+	h := resume(t, c.addrs[home], "hist", hist, 40*time.Second)
+	t.Logf("hist resumed %.1f s after the kill, Session Present %v", time.Since(killed).Seconds(), h.present)
+	if !h.present {
+		t.Error("hist resumed with Session Present 0: its session was lost with the gateway")
+	}
+	var alive []*publisher
+	for i, p := range pubs {
+		if i != victim {
+			alive = append(alive, p)
+		}
+	}
+	flow(t, alive, 500)
+	var want []uint64
+	for n := uint64(1); n <= ordinary; n++ {
+		want = append(want, n)
+	}
+	underLoad := 0
+	for _, p := range pubs {
+		acked := p.finish()
+		underLoad += len(acked)
+		want = append(want, acked...)
+	}
+	if !waitFor(30*time.Second, func() bool { m, _ := hist.missing(want); return m == 0 }) {
+		m, _ := hist.missing(want)
+		t.Fatalf("hist: %d of %d acknowledged messages lost with the gateway's storage", m, len(want))
+	}
+	_, dups := hist.missing(want)
+	t.Logf("hist: all %d acknowledged messages arrived (%d queued before the kill, %d from publishers on every node around it), %d duplicates",
+		len(want), ordinary, underLoad, dups)
+
+	b := resume(t, c.addrs[home], "stB", got, 30*time.Second)
+	if !b.present {
+		t.Error("stB resumed with Session Present 0")
+	}
+	if !waitFor(30*time.Second, func() bool { return countMissing(got, shared) == 0 }) {
+		t.Fatalf("%d of the group's 20 acknowledged messages lost with the gateway's storage", countMissing(got, shared))
+	}
+	t.Logf("the group: all 20 arrived (stA %d, stB %d after resuming)", stA.n.Load(), b.n.Load())
+}
+
+// countMissing counts the messages of want that t has not seen.
+func countMissing(t *crashTracker, want []uint64) int {
+	m, _ := t.missing(want)
+	return m
+}

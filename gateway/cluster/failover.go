@@ -1,0 +1,385 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/gateway/cluster/registry"
+)
+
+// Replicas of persistent sessions, the holder's side, and fail-over. A
+// node keeps the sessions other nodes replicate to it in one store per
+// origin node (ReplicaOptions.Open), applying each batch in order and
+// answering once it is durable. When an origin leaves the registry (its
+// lease expired: it died, or was cut off for longer than the lease; or it
+// stopped), each holder adopts the sessions it keeps for it: it claims
+// each in etcd with ClaimReplica, which succeeds only where nobody owns
+// the client (so a client that resumed elsewhere meanwhile keeps what it
+// has there, and two holders never both adopt one session), and installs
+// it in its broker, offline, its messages queued. The holder then tells
+// every node it is done; once every registered node is, they forget the
+// origin's routes and route again, to the adopted sessions, what they kept
+// for its subscribers meanwhile (broker.Server.NodeFailedOver). A CONNECT
+// that finds no owner for a session it resumes waits for fail-overs under
+// way, so that it does not start empty a session about to be adopted.
+
+// The mesh calls of fail-over.
+const (
+	callFailedOver = "replica.done" // arg: the origin whose sessions the caller has adopted
+)
+
+// failoverFallback is how long after an origin left the nodes wait for
+// every holder to say it is done before they go on without.
+const failoverFallback = 30 * time.Second
+
+// held keeps the replicas this node holds for other nodes.
+type held struct {
+	n    *Node
+	opts ReplicaOptions
+
+	mu      sync.Mutex
+	origins map[string]*origin
+	// done records, per origin that left, the nodes that have adopted
+	// what they held of it; pending origins are being failed over.
+	done map[string]map[string]bool
+
+	adopted atomic.Uint64
+}
+
+// origin is the store of one other node's sessions kept here.
+type origin struct {
+	name string
+
+	mu        sync.Mutex
+	st        ReplicaStore
+	ids       map[string]struct{} // its sessions
+	run       uint64              // the origin's run that sent the last batch
+	applied   uint64              // that batch's number
+	confirmed map[string]struct{} // sessions sent during a resync, while one runs
+	failing   bool                // being adopted: batches are refused
+}
+
+func newHeld(n *Node, o ReplicaOptions) *held {
+	return &held{n: n, opts: o, origins: map[string]*origin{}, done: map[string]map[string]bool{}}
+}
+
+// get returns origin name's store, opening it on first use.
+func (h *held) get(name string) (*origin, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if o := h.origins[name]; o != nil {
+		return o, nil
+	}
+	st, err := h.opts.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: opening the replicas of %s: %w", name, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	snap, err := st.Load(ctx)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("cluster: reading the replicas of %s: %w", name, err)
+	}
+	o := &origin{name: name, st: st, ids: map[string]struct{}{}}
+	for _, s := range snap.Sessions {
+		o.ids[s.ClientID] = struct{}{}
+	}
+	h.origins[name] = o
+	return o, nil
+}
+
+// errFailingOver refuses a batch from an origin whose sessions are being
+// adopted here: it resends them whole once it is back.
+var errFailingOver = errors.New("cluster: this node is adopting the sessions it kept for yours")
+
+// apply applies a batch origin from sent, and returns once it is durable.
+func (h *held) apply(from string, b []byte) error {
+	bt, err := decodeBatch(b)
+	if err != nil {
+		return err
+	}
+	o, err := h.get(from)
+	if err != nil {
+		return err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.failing {
+		return errFailingOver
+	}
+	if bt.run == o.run && bt.seq <= o.applied {
+		return nil // a batch sent again after its answer was lost
+	}
+	for i := range bt.ops {
+		if err := o.applyLocked(&bt.ops[i]); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), replicaCallTimeout)
+	defer cancel()
+	if err := o.st.Sync(ctx); err != nil {
+		return err
+	}
+	o.run, o.applied = bt.run, bt.seq
+	return nil
+}
+
+func (o *origin) applyLocked(op *replicaOp) error {
+	if o.confirmed != nil && op.client != "" {
+		o.confirmed[op.client] = struct{}{}
+	}
+	st := o.st
+	switch op.kind {
+	case opSaveSession:
+		o.ids[op.client] = struct{}{}
+		return st.SaveSession(op.session)
+	case opDeleteSession:
+		delete(o.ids, op.client)
+		return st.DeleteSession(op.client)
+	case opSaveSub:
+		return st.SaveSubscription(op.client, op.sub)
+	case opDeleteSub:
+		return st.DeleteSubscription(op.client, op.filter)
+	case opSaveMsg:
+		return st.SaveMessage(op.client, op.msg)
+	case opDeleteMsg:
+		return st.DeleteMessage(op.client, op.seq)
+	case opInbound:
+		return st.SetInbound(op.client, op.pid, op.pending)
+	case opResyncBegin:
+		o.confirmed = map[string]struct{}{}
+	case opResyncEnd:
+		for id := range o.ids {
+			if _, ok := o.confirmed[id]; !ok {
+				delete(o.ids, id)
+				if err := st.DeleteSession(id); err != nil {
+					return err
+				}
+			}
+		}
+		o.confirmed = nil
+	}
+	return nil
+}
+
+// left starts the fail-over of a node that left the registry.
+func (h *held) left(name string) {
+	h.mu.Lock()
+	if h.done[name] == nil {
+		h.done[name] = map[string]bool{}
+	}
+	h.mu.Unlock()
+	go h.failover(name)
+	time.AfterFunc(failoverFallback, func() { h.finish(name, true) })
+}
+
+// joined forgets a fail-over of a node that is back.
+func (h *held) joined(name string) {
+	h.mu.Lock()
+	delete(h.done, name)
+	h.mu.Unlock()
+}
+
+// failover adopts the sessions kept here for name, gone, and says so to
+// every node.
+func (h *held) failover(name string) {
+	n := h.n
+	if n.registered(name) {
+		return // back already: it has its own copy, and resyncs ours
+	}
+	h.mu.Lock()
+	o := h.origins[name]
+	h.mu.Unlock()
+	if o == nil {
+		if names, err := h.opts.List(); err == nil && slices.Contains(names, name) {
+			o, _ = h.get(name)
+		}
+	}
+	if o != nil {
+		h.adopt(o)
+	}
+	for _, p := range n.reg.Nodes() {
+		if p.Name == n.self || p.Name == name {
+			continue
+		}
+		go func(peer string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := n.call(ctx, peer, callFailedOver, []byte(name)); err != nil {
+				n.log.Debug("telling a node this one has failed over", "node", peer, "origin", name, "err", err)
+			}
+		}(p.Name)
+	}
+	h.mark(name, n.self)
+}
+
+// adopt claims and installs every session of o, then deletes o's store.
+func (h *held) adopt(o *origin) {
+	n := h.n
+	o.mu.Lock()
+	o.failing = true
+	o.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	snap, err := o.st.Load(ctx)
+	if err != nil {
+		n.log.Error("reading the replicas of a node that is gone; its sessions are not adopted", "node", o.name, "err", err)
+		return
+	}
+	var (
+		wg             sync.WaitGroup
+		sem            = make(chan struct{}, 64)
+		adopted, owned atomic.Int64
+	)
+	for _, rec := range snap.Sessions {
+		if _, fwd := broker.ForwardQueueOf(rec.ClientID); fwd {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			id := rec.ClientID
+			n.startClaim(id)
+			defer n.endClaim(id)
+			claim, err := n.reg.ClaimReplica(ctx, id, o.name)
+			if errors.Is(err, registry.ErrOwned) {
+				owned.Add(1) // resumed elsewhere meanwhile: that copy stands
+				return
+			}
+			if err != nil {
+				n.log.Warn("adopting a session from its replica: not claimed", "client", id, "origin", o.name, "err", err)
+				return
+			}
+			n.setClaimed(id, claim.Revision)
+			st := &broker.SessionState{Session: *rec, Messages: snap.Messages[id], Inbound: snap.Inbound[id]}
+			st.Session.Will = nil // the line keeps wills (wills.go)
+			if err := n.srv.AdoptReplica(st, rec.Disconnected); err != nil {
+				n.log.Error("adopting a session from its replica", "client", id, "origin", o.name, "err", err)
+				return
+			}
+			adopted.Add(1)
+		})
+	}
+	wg.Wait()
+	h.adopted.Add(uint64(adopted.Load()))
+	n.log.Info("adopted the sessions of a gateway that is gone from their replicas",
+		"node", o.name, "adopted", adopted.Load(), "resumed_elsewhere", owned.Load(), "kept", len(snap.Sessions))
+	h.mu.Lock()
+	delete(h.origins, o.name)
+	h.mu.Unlock()
+	o.st.Close()
+	if err := h.opts.Remove(o.name); err != nil {
+		n.log.Warn("deleting the replicas of a gateway that is gone", "node", o.name, "err", err)
+	}
+}
+
+// mark records that node has adopted what it kept of origin.
+func (h *held) mark(origin, node string) {
+	h.mu.Lock()
+	d := h.done[origin]
+	if d == nil {
+		h.mu.Unlock()
+		return // not (or no longer) failing over here
+	}
+	d[node] = true
+	h.mu.Unlock()
+	h.finish(origin, false)
+}
+
+// finish ends origin's fail-over once every registered node has adopted
+// its part (or anyway, when force is set: the fallback).
+func (h *held) finish(origin string, force bool) {
+	n := h.n
+	if n.registered(origin) {
+		return
+	}
+	h.mu.Lock()
+	d := h.done[origin]
+	if d == nil {
+		h.mu.Unlock()
+		return
+	}
+	if !force {
+		for _, p := range n.reg.Nodes() {
+			if p.Name != origin && !d[p.Name] {
+				h.mu.Unlock()
+				return
+			}
+		}
+	}
+	delete(h.done, origin)
+	h.mu.Unlock()
+	n.parkMu.Lock()
+	delete(n.parked, origin)
+	n.parkMu.Unlock()
+	n.srv.NodeFailedOver(origin)
+	n.log.Info("the sessions of a gateway that is gone live on the others now", "node", origin, "waited_for_all", !force)
+}
+
+// pending reports whether a fail-over is under way.
+func (h *held) pending() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.done) > 0
+}
+
+// waitFailovers waits, until ctx ends, for the fail-overs under way.
+func (h *held) waitFailovers(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for h.pending() {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// stats fills the holder's side of ReplicaStats.
+func (h *held) stats(st *ReplicaStats) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st.Adopted = h.adopted.Load()
+	st.HeldOrigins = len(h.origins)
+	for _, o := range h.origins {
+		o.mu.Lock()
+		st.HeldSessions += len(o.ids)
+		o.mu.Unlock()
+	}
+}
+
+// startup fails over the origins whose stores are here and who are not
+// registered: they died while this node was down.
+func (h *held) startup() {
+	names, err := h.opts.List()
+	if err != nil {
+		h.n.log.Warn("listing the replicas kept here", "err", err)
+		return
+	}
+	for _, name := range names {
+		if name != h.n.self && !h.n.registered(name) {
+			h.left(name)
+		}
+	}
+}
+
+// close closes the stores.
+func (h *held) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for name, o := range h.origins {
+		o.mu.Lock()
+		o.st.Close()
+		o.mu.Unlock()
+		delete(h.origins, name)
+	}
+}

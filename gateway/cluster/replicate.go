@@ -1,0 +1,620 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/linemq/linemq/broker"
+)
+
+// Replicas of persistent sessions, the owner's side. The broker writes a
+// persistent session's changes to its Store; the replicator is that Store:
+// it passes each write to the node's own store and queues it for the
+// session's replicas, the ReplicaOptions.Count other nodes that rendezvous
+// hashing on the client id picks from the registered nodes (every node
+// computes the same). One sender per replica node sends what is queued as
+// one batch per call over the mesh, in order, one call at a time; the
+// replica applies the batch to its store of this node's sessions and
+// answers once it is durable. Sync, which the broker calls before it
+// acknowledges a message a persistent session needs, waits for the local
+// commit and for each replica's answer to everything queued before it:
+// "acknowledged" means on this node's disk and on the replicas'.
+//
+// A replica that cannot be reached (its node down, cut off, or not
+// answering within replicaCallTimeout) is not waited for: Sync answers on
+// the local commit alone (counted in DegradedSyncs), and the sessions
+// meant for it are below their replica count until the node is back and
+// has been sent each of them whole (a resync). A resync is also sent to
+// every replica when the registered nodes change, since the hashing may
+// then pick other replicas: it is bracketed by two marks, and the replica
+// forgets the sessions of this node that the resync did not mention.
+
+// ReplicaStore is a store of the sessions a node keeps for another node.
+type ReplicaStore interface {
+	broker.Store
+	Close() error
+}
+
+// ReplicaOptions configure the replicas of persistent sessions.
+type ReplicaOptions struct {
+	// Count is how many other nodes keep a copy of each persistent
+	// session (cluster.replicas); 0 keeps none.
+	Count int
+	// Open opens, creating it if need be, the store of origin's sessions
+	// kept on this node.
+	Open func(origin string) (ReplicaStore, error)
+	// Remove deletes origin's store (closed) once its sessions are
+	// adopted or forgotten.
+	Remove func(origin string) error
+	// List names the origins whose stores exist here, at start.
+	List func() ([]string, error)
+}
+
+// replicaCallTimeout bounds one batch's call: past it the replica is
+// taken for unreachable (and resynced when it answers again).
+const replicaCallTimeout = 2 * time.Second
+
+// maxBatchBytes bounds one batch; more waiting goes in the next call.
+const maxBatchBytes = 4 << 20
+
+// callReplicaApply is the mesh call that carries a batch.
+const callReplicaApply = "replica.apply"
+
+// ReplicaStats are the owner's side's figures.
+type ReplicaStats struct {
+	Count        int    `json:"count"`         // cluster.replicas
+	Sessions     int    `json:"sessions"`      // persistent sessions stored here
+	BelowCount   int    `json:"below_count"`   // of them, with fewer replicas in step than Count
+	Batches      uint64 `json:"batches"`       // batches a replica accepted
+	Bytes        uint64 `json:"bytes"`         // their bytes
+	Ops          uint64 `json:"ops"`           // Store writes in them
+	Resyncs      uint64 `json:"resyncs"`       // whole resyncs sent
+	Unreplicated uint64 `json:"unreplicated"`  // writes given up on: their replica could not be reached
+	Adopted      uint64 `json:"adopted"`       // sessions of dead nodes adopted here from replicas
+	HeldOrigins  int    `json:"held_origins"`  // nodes whose sessions this node keeps replicas of
+	HeldSessions int    `json:"held_sessions"` // sessions kept here for other nodes
+}
+
+// replicator is the Store the broker writes to on a node with replicas.
+type replicator struct {
+	local     broker.Store
+	count     int
+	self      string
+	call      func(ctx context.Context, node, method string, arg []byte) ([]byte, error)
+	available func(node string) bool
+	log       *slog.Logger
+
+	// snapshot is the broker's ReplicaSnapshot, set once bound.
+	snapshot atomic.Pointer[func(id string, f func(*broker.SessionState)) bool]
+	run      uint64 // this run's number (the registry epoch)
+
+	mu    sync.RWMutex
+	peers []string // the other registered nodes
+	links map[string]*replicaLink
+
+	sessMu   sync.Mutex
+	sessions map[string]struct{} // persistent sessions stored here
+
+	batches, bytes, ops, resyncs, unreplicated atomic.Uint64
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+var _ broker.Store = (*replicator)(nil)
+
+func newReplicator(local broker.Store, count int, self string, log *slog.Logger) *replicator {
+	return &replicator{local: local, count: count, self: self, log: log,
+		links: map[string]*replicaLink{}, sessions: map[string]struct{}{}, stop: make(chan struct{})}
+}
+
+// replicaLink is the queue of writes for one replica node and its sender.
+type replicaLink struct {
+	r    *replicator
+	node string
+
+	mu      sync.Mutex
+	ops     []replicaOp
+	enq     uint64            // ops queued, ever
+	acked   uint64            // ops the replica has durably, or that were given up on
+	changed chan struct{}     // closed when acked moves
+	inStep  bool              // every op so far reached the replica (no gap since the last resync)
+	resync  bool              // a resync is due once the node is available
+	batch   uint64            // batches sent in this run
+	seqs    map[string]uint64 // per client, the last message seq the replica has durably
+	gone    bool
+	wake    chan struct{}
+}
+
+// targets returns the replica nodes of client: the count highest
+// rendezvous scores among the peers.
+func (r *replicator) targetsLocked(client string, out []string) []string {
+	out = out[:0]
+	for range min(r.count, len(r.peers)) {
+		best, bestScore := "", uint64(0)
+		for _, p := range r.peers {
+			if slices.Contains(out, p) {
+				continue
+			}
+			if s := rendezvous(p, client); best == "" || s > bestScore {
+				best, bestScore = p, s
+			}
+		}
+		out = append(out, best)
+	}
+	return out
+}
+
+// rendezvous scores node for client: FNV-1a of both, mixed.
+func rendezvous(node, client string) uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for i := 0; i < len(node); i++ {
+		h = (h ^ uint64(node[i])) * prime
+	}
+	h = (h ^ 0xff) * prime
+	for i := 0; i < len(client); i++ {
+		h = (h ^ uint64(client[i])) * prime
+	}
+	// A final mix (splitmix64's) so that nearby inputs spread.
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	return h ^ h>>31
+}
+
+// record queues op for client's replicas.
+func (r *replicator) record(op replicaOp) {
+	if _, fwd := broker.ForwardQueueOf(op.client); fwd {
+		return // a node's outbox, not a session: it dies with its node
+	}
+	switch op.kind {
+	case opSaveSession:
+		r.sessMu.Lock()
+		r.sessions[op.client] = struct{}{}
+		r.sessMu.Unlock()
+	case opDeleteSession:
+		r.sessMu.Lock()
+		delete(r.sessions, op.client)
+		r.sessMu.Unlock()
+	}
+	var buf [4]string
+	r.mu.RLock()
+	ts := r.targetsLocked(op.client, buf[:0])
+	for _, t := range ts {
+		r.links[t].queue(op)
+	}
+	r.mu.RUnlock()
+}
+
+func (l *replicaLink) queue(op replicaOp) {
+	l.mu.Lock()
+	l.ops = append(l.ops, op)
+	l.enq++
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// The broker.Store methods: the local write, then the replicas'.
+
+func (r *replicator) Load(ctx context.Context) (*broker.Snapshot, error) {
+	snap, err := r.local.Load(ctx)
+	if err == nil {
+		r.sessMu.Lock()
+		for _, s := range snap.Sessions {
+			if _, fwd := broker.ForwardQueueOf(s.ClientID); !fwd {
+				r.sessions[s.ClientID] = struct{}{}
+			}
+		}
+		r.sessMu.Unlock()
+	}
+	return snap, err
+}
+
+func (r *replicator) SaveSession(s *broker.SessionRecord) error {
+	err := r.local.SaveSession(s)
+	rec := *s
+	rec.Subscriptions = nil
+	r.record(replicaOp{kind: opSaveSession, client: s.ClientID, session: &rec})
+	return err
+}
+
+func (r *replicator) DeleteSession(clientID string) error {
+	err := r.local.DeleteSession(clientID)
+	r.record(replicaOp{kind: opDeleteSession, client: clientID})
+	return err
+}
+
+func (r *replicator) SaveSubscription(clientID string, sub broker.SubscriptionRecord) error {
+	err := r.local.SaveSubscription(clientID, sub)
+	r.record(replicaOp{kind: opSaveSub, client: clientID, sub: sub})
+	return err
+}
+
+func (r *replicator) DeleteSubscription(clientID, filter string) error {
+	err := r.local.DeleteSubscription(clientID, filter)
+	r.record(replicaOp{kind: opDeleteSub, client: clientID, filter: filter})
+	return err
+}
+
+func (r *replicator) SaveMessage(clientID string, m *broker.MessageRecord) error {
+	err := r.local.SaveMessage(clientID, m)
+	r.record(replicaOp{kind: opSaveMsg, client: clientID, msg: m})
+	return err
+}
+
+func (r *replicator) DeleteMessage(clientID string, seq uint64) error {
+	err := r.local.DeleteMessage(clientID, seq)
+	r.record(replicaOp{kind: opDeleteMsg, client: clientID, seq: seq})
+	return err
+}
+
+func (r *replicator) SetInbound(clientID string, packetID uint16, pending bool) error {
+	err := r.local.SetInbound(clientID, packetID, pending)
+	r.record(replicaOp{kind: opInbound, client: clientID, pid: packetID, pending: pending})
+	return err
+}
+
+// SaveRetained is the local store's alone: every node keeps every retained
+// message already.
+func (r *replicator) SaveRetained(m *broker.Message) error { return r.local.SaveRetained(m) }
+
+// Sync waits for the local commit and for every reachable replica to have
+// what was queued for it before the call.
+func (r *replicator) Sync(ctx context.Context) error {
+	type want struct {
+		l  *replicaLink
+		at uint64
+	}
+	var wants [4]want
+	ws := wants[:0]
+	r.mu.RLock()
+	for _, l := range r.links {
+		l.mu.Lock()
+		if l.enq > l.acked {
+			ws = append(ws, want{l, l.enq})
+		}
+		l.mu.Unlock()
+	}
+	r.mu.RUnlock()
+	err := r.local.Sync(ctx)
+	for _, w := range ws {
+		if werr := w.l.wait(ctx, w.at); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	return err
+}
+
+// wait blocks until the replica has the first at ops, or they were given
+// up on (the replica unreachable), or ctx ends.
+func (l *replicaLink) wait(ctx context.Context, at uint64) error {
+	for {
+		l.mu.Lock()
+		if l.acked >= at {
+			l.mu.Unlock()
+			return nil
+		}
+		ch := l.changed
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// setPeers is told the other registered nodes: links are made for new
+// ones, and every replica is resynced, since the hashing may pick others
+// now.
+func (r *replicator) setPeers(peers []string) {
+	peers = slices.DeleteFunc(slices.Clone(peers), func(p string) bool { return p == r.self })
+	slices.Sort(peers)
+	r.mu.Lock()
+	if slices.Equal(peers, r.peers) {
+		r.mu.Unlock()
+		return
+	}
+	r.peers = peers
+	for name, l := range r.links {
+		if !slices.Contains(peers, name) {
+			delete(r.links, name)
+			l.close()
+		}
+	}
+	for _, p := range peers {
+		l := r.links[p]
+		if l == nil {
+			l = &replicaLink{r: r, node: p, changed: make(chan struct{}), wake: make(chan struct{}, 1),
+				seqs: map[string]uint64{}}
+			r.links[p] = l
+			r.wg.Go(l.send)
+		}
+		l.mu.Lock()
+		l.resync, l.inStep = true, false
+		l.mu.Unlock()
+		l.signal()
+	}
+	r.mu.Unlock()
+}
+
+func (l *replicaLink) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close ends the link: whoever waits for it is released (the node is gone).
+func (l *replicaLink) close() {
+	l.mu.Lock()
+	l.gone = true
+	l.acked = l.enq
+	l.ops = nil
+	close(l.changed)
+	l.changed = make(chan struct{})
+	l.mu.Unlock()
+	l.signal()
+}
+
+// send is the link's sender: it sends what is queued, one batch at a
+// time, and a resync when one is due and the node is available. It looks
+// again every resyncPoll for a node that was unreachable.
+func (l *replicaLink) send() {
+	t := time.NewTicker(resyncPoll)
+	defer t.Stop()
+	var enc batchEncoder
+	for {
+		select {
+		case <-l.wake:
+		case <-t.C:
+		case <-l.r.stop:
+			return
+		}
+		if !l.drain(&enc) {
+			return
+		}
+	}
+}
+
+// resyncPoll is how often a link whose node was unreachable looks again.
+const resyncPoll = 250 * time.Millisecond
+
+// drain sends what is queued until nothing is, or the node cannot be
+// reached; it reports false once the link is closed.
+func (l *replicaLink) drain(enc *batchEncoder) bool {
+	r := l.r
+	for {
+		l.mu.Lock()
+		switch {
+		case l.gone:
+			l.mu.Unlock()
+			return false
+		case !r.available(l.node):
+			// Nobody waits for a replica that cannot answer: what is
+			// queued is given up on, and sent whole later (resync).
+			if n := len(l.ops); n > 0 {
+				l.ops = l.ops[:0]
+				l.giveUpLocked(n)
+			}
+			l.mu.Unlock()
+			return true
+		case l.resync && r.snapshot.Load() != nil:
+			l.resync = false
+			l.mu.Unlock()
+			l.startResync()
+			continue
+		case len(l.ops) == 0:
+			l.mu.Unlock()
+			return true
+		}
+		n, size := 0, 0
+		for n < len(l.ops) && size < maxBatchBytes {
+			size += opSize(&l.ops[n])
+			n++
+		}
+		ops := slices.Clone(l.ops[:n])
+		l.ops = slices.Delete(l.ops, 0, n)
+		l.batch++
+		l.mu.Unlock()
+
+		enc.reset(r.run, l.batch)
+		for i := range ops {
+			enc.add(&ops[i])
+		}
+		ok := l.deliver(enc.buf)
+		l.mu.Lock()
+		if !ok {
+			l.giveUpLocked(n)
+			l.mu.Unlock()
+			return true
+		}
+		for _, op := range ops {
+			switch op.kind {
+			case opSaveMsg:
+				l.seqs[op.client] = max(l.seqs[op.client], op.msg.Seq)
+			case opDeleteSession:
+				delete(l.seqs, op.client)
+			}
+		}
+		l.ackLocked(uint64(n))
+		l.mu.Unlock()
+		r.batches.Add(1)
+		r.bytes.Add(uint64(len(enc.buf)))
+		r.ops.Add(uint64(n))
+	}
+}
+
+// ackLocked records n more ops done with and wakes whoever waits.
+func (l *replicaLink) ackLocked(n uint64) {
+	l.acked += n
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// giveUpLocked counts n ops that did not reach the replica as done with:
+// the replica misses them, so it is sent everything whole once it answers
+// again.
+func (l *replicaLink) giveUpLocked(n int) {
+	l.inStep, l.resync = false, true
+	l.r.unreplicated.Add(uint64(n))
+	l.ackLocked(uint64(n))
+}
+
+// deliver sends one batch, again while the node is available and the
+// stream breaks under it; it reports whether the replica has it.
+func (l *replicaLink) deliver(batch []byte) bool {
+	r := l.r
+	for attempt := 0; attempt < 3; attempt++ {
+		if !r.available(l.node) {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), replicaCallTimeout)
+		_, err := r.call(ctx, l.node, callReplicaApply, batch)
+		cancel()
+		if err == nil {
+			return true
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			r.log.Warn("a replica did not answer in time; its sessions are resent whole when it does", "replica", l.node)
+			return false
+		}
+		r.log.Debug("sending to a replica", "replica", l.node, "err", err)
+	}
+	return false
+}
+
+// startResync queues the begin mark, every session meant for the link's
+// node whole (each taken under its lock, in its place among the writes),
+// and the end mark.
+func (l *replicaLink) startResync() {
+	r := l.r
+	snap := *r.snapshot.Load()
+	r.resyncs.Add(1)
+	l.queue(replicaOp{kind: opResyncBegin})
+	r.sessMu.Lock()
+	all := make([]string, 0, len(r.sessions))
+	for id := range r.sessions {
+		all = append(all, id)
+	}
+	r.sessMu.Unlock()
+	ids := all[:0]
+	var buf [4]string
+	r.mu.RLock()
+	for _, id := range all {
+		if slices.Contains(r.targetsLocked(id, buf[:0]), l.node) {
+			ids = append(ids, id)
+		}
+	}
+	r.mu.RUnlock()
+	for _, id := range ids {
+		snap(id, func(st *broker.SessionState) {
+			l.queue(replicaOp{kind: opDeleteSession, client: id})
+			rec := st.Session
+			rec.Subscriptions = nil
+			l.queue(replicaOp{kind: opSaveSession, client: id, session: &rec})
+			for _, sub := range st.Session.Subscriptions {
+				l.queue(replicaOp{kind: opSaveSub, client: id, sub: sub})
+			}
+			for _, m := range st.Messages {
+				l.queue(replicaOp{kind: opSaveMsg, client: id, msg: m})
+			}
+			for _, pid := range st.Inbound {
+				l.queue(replicaOp{kind: opInbound, client: id, pid: pid, pending: true})
+			}
+		})
+	}
+	l.queue(replicaOp{kind: opResyncEnd})
+	l.mu.Lock()
+	if !l.resync {
+		l.inStep = true // unless it failed again meanwhile (then resync is set)
+	}
+	l.mu.Unlock()
+	r.log.Info("sessions sent whole to their replica", "replica", l.node, "sessions", len(ids))
+}
+
+// opSize estimates an op's bytes in a batch.
+func opSize(op *replicaOp) int {
+	n := 16 + len(op.client)
+	if op.msg != nil && op.msg.Message != nil {
+		n += len(op.msg.Message.Topic) + len(op.msg.Message.Payload) + 32
+	}
+	return n
+}
+
+// replicated reports the highest message seq of client that its replicas
+// all have durably (for letting go of a copy adopted elsewhere).
+func (r *replicator) replicated(client string) uint64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var buf [4]string
+	upTo, first := uint64(0), true
+	for _, t := range r.targetsLocked(client, buf[:0]) {
+		l := r.links[t]
+		l.mu.Lock()
+		s := l.seqs[client]
+		l.mu.Unlock()
+		if first || s < upTo {
+			upTo, first = s, false
+		}
+	}
+	return upTo
+}
+
+// stats fills the owner's side of ReplicaStats.
+func (r *replicator) stats(st *ReplicaStats) {
+	r.sessMu.Lock()
+	all := make([]string, 0, len(r.sessions))
+	for id := range r.sessions {
+		all = append(all, id)
+	}
+	r.sessMu.Unlock()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	st.Count = r.count
+	st.Sessions = len(all)
+	st.Batches, st.Bytes, st.Ops = r.batches.Load(), r.bytes.Load(), r.ops.Load()
+	st.Resyncs, st.Unreplicated = r.resyncs.Load(), r.unreplicated.Load()
+	want := min(r.count, len(r.peers))
+	var buf [4]string
+	for _, id := range all {
+		inStep := 0
+		for _, t := range r.targetsLocked(id, buf[:0]) {
+			l := r.links[t]
+			l.mu.Lock()
+			if l.inStep && r.available(t) {
+				inStep++
+			}
+			l.mu.Unlock()
+		}
+		if inStep < r.count || inStep < want {
+			st.BelowCount++
+		}
+	}
+}
+
+// close stops the senders, after a last Sync has had its chance.
+func (r *replicator) close() {
+	select {
+	case <-r.stop:
+		return
+	default:
+	}
+	close(r.stop)
+	r.mu.Lock()
+	for _, l := range r.links {
+		l.close()
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}
