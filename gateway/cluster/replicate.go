@@ -480,8 +480,13 @@ func (l *replicaLink) deliver(batch []byte) bool {
 			return false
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), replicaCallTimeout)
+		stop := l.cancelWhenUnavailable(cancel)
 		_, err := r.call(ctx, l.node, callReplicaApply, batch)
+		stop()
 		cancel()
+		if err != nil && !r.available(l.node) {
+			return false // frozen or cut off: taken for down by the mesh
+		}
 		if err == nil {
 			return true
 		}
@@ -493,6 +498,35 @@ func (l *replicaLink) deliver(batch []byte) bool {
 	}
 	return false
 }
+
+// cancelWhenUnavailable calls cancel as soon as the mesh takes the link's
+// node for down (a missed ping: within 1.5 s of a freeze or a cut), so that
+// an acknowledgement waits for an unreachable replica no longer than a
+// share-group delivery waits for an unreachable member. The returned stop
+// ends the watch.
+func (l *replicaLink) cancelWhenUnavailable(cancel context.CancelFunc) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(availabilityPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if !l.r.available(l.node) {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// availabilityPoll is how often a call to a replica checks that the mesh
+// still takes the replica for up.
+const availabilityPoll = 25 * time.Millisecond
 
 // startResync queues the begin mark, every session meant for the link's
 // node whole (each taken under its lock, in its place among the writes),
