@@ -34,7 +34,7 @@ func startCluster(ctx context.Context, cfg *config.Config, dataDir, version stri
 		Etcd: cluster.EtcdOptions{
 			Embed: cc.Etcd.Embed, Name: cc.Etcd.Name, PeerListen: cc.Etcd.PeerListen,
 			ClientListen: cc.Etcd.ClientListen, InitialCluster: cc.Etcd.InitialCluster,
-			Endpoints: cc.Etcd.Endpoints, TLS: etcdTLS,
+			Endpoints: cc.Etcd.Endpoints, TLS: etcdTLS, Existing: cc.Etcd.InitialClusterState == "existing",
 		},
 		ExpectedNodes: cc.ExpectedNodes,
 		Replicas:      replicaStores(cfg, dataDir, log),

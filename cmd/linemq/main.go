@@ -62,14 +62,15 @@ var flagKeys = map[string]string{
 	"log-level":   "log_level",
 	"log-format":  "log_format",
 
-	"cluster-listen":       "cluster.listen",
-	"cluster-replicas":     "cluster.replicas",
-	"etcd-endpoints":       "cluster.etcd.endpoints",
-	"etcd-embed":           "cluster.etcd.embed",
-	"etcd-name":            "cluster.etcd.name",
-	"etcd-peer-listen":     "cluster.etcd.peer_listen",
-	"etcd-client-listen":   "cluster.etcd.client_listen",
-	"etcd-initial-cluster": "cluster.etcd.initial_cluster",
+	"cluster-listen":             "cluster.listen",
+	"cluster-replicas":           "cluster.replicas",
+	"etcd-endpoints":             "cluster.etcd.endpoints",
+	"etcd-embed":                 "cluster.etcd.embed",
+	"etcd-name":                  "cluster.etcd.name",
+	"etcd-peer-listen":           "cluster.etcd.peer_listen",
+	"etcd-client-listen":         "cluster.etcd.client_listen",
+	"etcd-initial-cluster":       "cluster.etcd.initial_cluster",
+	"etcd-initial-cluster-state": "cluster.etcd.initial_cluster_state",
 }
 
 func main() {
@@ -204,6 +205,7 @@ func newFlagSet(stderr io.Writer) (fs *flag.FlagSet, configFile *string, showVer
 	fs.String("etcd-peer-listen", "", "peer `URL` of the embedded member, e.g. http://10.0.0.11:2380 (cluster.etcd.peer_listen)")
 	fs.String("etcd-client-listen", "", "client `URL` of the embedded member, e.g. http://10.0.0.11:2379 (cluster.etcd.client_listen)")
 	fs.String("etcd-initial-cluster", "", "every member as `name=peer-url,...` (cluster.etcd.initial_cluster)")
+	fs.String("etcd-initial-cluster-state", "new", "`STATE` new, or existing to join a running cluster as a replacement (cluster.etcd.initial_cluster_state)")
 	showVersion = fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)

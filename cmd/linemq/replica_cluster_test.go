@@ -3,7 +3,9 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,7 +106,7 @@ func TestClusterStorageLost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("processes and an etcd quorum")
 	}
-	c := startCluster3(t)
+	c := startCluster3(t, "-http-listen", "127.0.0.1:0")
 	victim := 2
 	if c.leader() == victim {
 		victim = 1
@@ -194,8 +196,9 @@ func TestClusterStorageLost(t *testing.T) {
 		t.Fatalf("hist: %d of %d acknowledged messages lost with the gateway's storage", m, len(want))
 	}
 	_, dups := hist.missing(want)
-	t.Logf("hist: all %d acknowledged messages arrived (%d queued before the kill, %d from publishers on every node around it), %d duplicates",
-		len(want), ordinary, underLoad, dups)
+	plain, which := hist.plainDuplicates(9e12)
+	t.Logf("hist: all %d acknowledged messages arrived (%d queued before the kill, %d from publishers on every node around it), %d duplicates, %d of them without DUP %v",
+		len(want), ordinary, underLoad, dups, plain, which[:min(len(which), 10)])
 
 	b := resume(t, c.addrs[home], "stB", got, 30*time.Second)
 	if !b.present {
@@ -205,6 +208,47 @@ func TestClusterStorageLost(t *testing.T) {
 		t.Fatalf("%d of the group's 20 acknowledged messages lost with the gateway's storage", countMissing(got, shared))
 	}
 	t.Logf("the group: all 20 arrived (stA %d, stB %d after resuming)", stA.n.Load(), b.n.Load())
+
+	// A blank replacement joins under the victim's name: its etcd member
+	// is replaced with the documented command, and it is sent its share of
+	// every session's replicas.
+	var out, errOut strings.Builder
+	name := "n" + strconv.Itoa(victim+1)
+	if rc := run([]string{"cluster", "replace", "-etcd-endpoints", c.clients[home], "-peer-url", c.peers[victim], name}, &out, &errOut); rc != 0 {
+		t.Fatalf("linemq cluster replace: exit %d: %s", rc, errOut.String())
+	}
+	t.Log(strings.TrimSpace(out.String()))
+	m := regexp.MustCompile(`-etcd-initial-cluster (\S+) -etcd-initial-cluster-state existing`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("linemq cluster replace printed no initial cluster: %q", out.String())
+	}
+	args := append(c.args(victim), "-etcd-initial-cluster", m[1], "-etcd-initial-cluster-state", "existing")
+	c.ds[victim] = start(t, args...)
+	c.ready(victim)
+	type replicas struct {
+		Replicas struct {
+			Sessions     int `json:"sessions"`
+			BelowCount   int `json:"below_count"`
+			HeldSessions int `json:"held_sessions"`
+		} `json:"replicas"`
+	}
+	var st [3]replicas
+	if !waitFor(30*time.Second, func() bool {
+		owned, held, below := 0, 0, 0
+		for i := range 3 {
+			st[i] = replicas{}
+			getJSON(t, "http://"+c.https[i]+"/api/v1/cluster", &st[i])
+			owned += st[i].Replicas.Sessions
+			held += st[i].Replicas.HeldSessions
+			below += st[i].Replicas.BelowCount
+		}
+		return below == 0 && held == owned && st[victim].Replicas.HeldSessions > 0
+	}) {
+		t.Fatalf("the line is not back at full strength 30 s after the replacement joined: %+v", st)
+	}
+	t.Logf("back at full strength: sessions owned per gateway %d/%d/%d, replicas held %d/%d/%d (the replacement %d)",
+		st[0].Replicas.Sessions, st[1].Replicas.Sessions, st[2].Replicas.Sessions,
+		st[0].Replicas.HeldSessions, st[1].Replicas.HeldSessions, st[2].Replicas.HeldSessions, st[victim].Replicas.HeldSessions)
 }
 
 // countMissing counts the messages of want that t has not seen.

@@ -70,6 +70,9 @@ type EtcdOptions struct {
 	Embed                                    bool
 	Name                                     string // the member's name; default the node's
 	PeerListen, ClientListen, InitialCluster string
+	// Existing joins the embedded member to a cluster that runs already
+	// (a replacement, after ReplaceMember).
+	Existing bool
 	Endpoints                                []string
 	TLS                                      *tls.Config // to external endpoints
 	// Client, when set, is used as it is (tests share one etcd); the
@@ -127,6 +130,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 			Name: name, Dir: filepath.Join(o.DataDir, etcdembed.DirName),
 			PeerListen: o.Etcd.PeerListen, ClientListen: o.Etcd.ClientListen,
 			InitialCluster: cmp.Or(o.Etcd.InitialCluster, name+"="+o.Etcd.PeerListen),
+			Existing:       o.Etcd.Existing,
 			Logger:         log.With("component", "etcd"),
 		})
 		if err != nil {

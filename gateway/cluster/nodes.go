@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -181,4 +182,46 @@ func orDefault(cluster string) string {
 		return registry.DefaultCluster
 	}
 	return cluster
+}
+
+// ReplaceMember makes room in an embedded etcd cluster for a gateway that
+// replaces one whose SD card died, under the same name: it removes the
+// member called name (if the cluster still lists it) and adds a member
+// at peerURL in its place, through a running member's client endpoints.
+// It returns the initial cluster (name=peer-url,...) the replacement is to
+// start with, with initial cluster state "existing" and an empty data
+// directory.
+func ReplaceMember(ctx context.Context, endpoints []string, name, peerURL string) (string, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), Context: ctx})
+	if err != nil {
+		return "", err
+	}
+	defer cli.Close()
+	list, err := cli.MemberList(ctx)
+	if err != nil {
+		return "", fmt.Errorf("listing the etcd members: %w", err)
+	}
+	for _, m := range list.Members {
+		if m.Name == name || slices.Contains(m.PeerURLs, peerURL) {
+			if _, err := cli.MemberRemove(ctx, m.ID); err != nil {
+				return "", fmt.Errorf("removing the member %q: %w", m.Name, err)
+			}
+		}
+	}
+	added, err := cli.MemberAdd(ctx, []string{peerURL})
+	if err != nil {
+		return "", fmt.Errorf("adding a member at %s: %w", peerURL, err)
+	}
+	var parts []string
+	for _, m := range added.Members {
+		mname := m.Name
+		if m.ID == added.Member.ID {
+			mname = name // not started yet: it has no name of its own
+		}
+		for _, u := range m.PeerURLs {
+			parts = append(parts, mname+"="+u)
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ","), nil
 }

@@ -351,6 +351,12 @@ type Etcd struct {
 	// the same on every gateway. Default: this member alone.
 	InitialCluster string `yaml:"initial_cluster"`
 
+	// InitialClusterState is "new" (the default: the members start a
+	// cluster together) or "existing": this member joins a cluster that
+	// runs already, as a gateway replacing one whose SD card died does
+	// after `linemq cluster replace`. Read only on a member's first start.
+	InitialClusterState string `yaml:"initial_cluster_state"`
+
 	// TLS is how the gateway's etcd client reaches https:// endpoints.
 	// External endpoints only: the embedded member serves plain HTTP.
 	TLS EtcdTLS `yaml:"tls"`

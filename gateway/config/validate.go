@@ -326,6 +326,9 @@ func (v *validator) cluster(c *Cluster) {
 	case !e.Embed && len(e.Endpoints) == 0:
 		v.fail("cluster.etcd", errors.New("no etcd: set endpoints, or embed: true to run a member in this gateway"))
 	case e.Embed:
+		if st := e.InitialClusterState; st != "" && st != "new" && st != "existing" {
+			v.fail("cluster.etcd.initial_cluster_state", fmt.Errorf("%q is neither \"new\" nor \"existing\"", st))
+		}
 		for _, u := range []struct{ key, url string }{{"cluster.etcd.peer_listen", e.PeerListen}, {"cluster.etcd.client_listen", e.ClientListen}} {
 			if u.url == "" {
 				v.fail(u.key, errors.New("required with embed: true (a URL such as http://10.0.0.11:2380)"))

@@ -21,6 +21,9 @@ type ClusterPanel struct {
 	// Forwards are the QoS 1 and 2 messages kept here for other nodes'
 	// ordinary subscribers until they have them, one entry per node.
 	Forwards []broker.ForwardQueueStats `json:"forwards"`
+	// Replicas are the copies of persistent sessions: this gateway's on
+	// the others, and the others' kept here.
+	Replicas cluster.ReplicaStats `json:"replicas"`
 }
 
 // ClusterNode is one node of the cluster: from the registry (name,

@@ -299,6 +299,16 @@
         h("dt", null, "Registered"), h("dd", null, fmtInt(r.members) + " members · " + fmtInt(r.routes) + " routes · " + fmtInt(r.sessions) + " sessions"),
         h("dt", null, "etcd"), h("dd", { class: e.healthy ? null : "bad", title: e.error || "" },
           (e.margin || (e.healthy ? "healthy" : "unhealthy")) + " · leader " + (e.leader || "none") + " · checked " + fmtAgo(e.checked)),
+        // Copies of persistent sessions on other gateways: a session
+        // below its count would be lost with this gateway's SD card.
+        ...(c.replicas && c.replicas.count ? [
+          h("dt", null, "Replicas"),
+          h("dd", { class: c.replicas.below_count ? "bad" : null, data: { replicas: "" },
+            title: fmtInt(c.replicas.resyncs) + " sent whole · " + fmtInt(c.replicas.unreplicated) + " changes without their replica · " +
+              fmtInt(c.replicas.adopted) + " adopted from gone gateways" },
+            fmtInt(c.replicas.sessions) + " sessions × " + c.replicas.count +
+            (c.replicas.below_count ? " · " + fmtInt(c.replicas.below_count) + " below their replica count" : " · all in step") +
+            " · keeping " + fmtInt(c.replicas.held_sessions) + " for others")] : []),
         // What this gateway keeps for another one's subscribers while it
         // is away: nothing, normally.
         ...(c.forwards || []).filter((f) => f.queued || f.dropped || f.expired).flatMap((f) => [
