@@ -1,0 +1,146 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/broker/brokertest"
+	"github.com/linemq/linemq/broker/packet"
+	"github.com/linemq/linemq/gateway/cluster"
+	"github.com/linemq/linemq/gateway/cluster/internal/etcdtest"
+	"github.com/linemq/linemq/gateway/cluster/registry"
+	"github.com/linemq/linemq/storage/bolt"
+)
+
+// replicaNode is one gateway of a line with replicas: a broker on its own
+// bbolt file, the cluster over gRPC, and the replicas it keeps in bbolt
+// files of their own.
+type replicaNode struct {
+	*gw
+	c *cluster.Cluster
+}
+
+func startReplicaNode(t *testing.T, cli *clientv3.Client, prefix, name string) *replicaNode {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	rdir := filepath.Join(dir, "replicas")
+	if err := os.MkdirAll(rdir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	path := func(origin string) string { return filepath.Join(rdir, origin+".db") }
+	c, err := cluster.Start(context.Background(), cluster.Options{
+		Node: name, Name: "test", Listen: "127.0.0.1:0",
+		Etcd:     cluster.EtcdOptions{Client: cli, Prefix: prefix},
+		Registry: registry.Options{TTL: 2 * time.Second, WatchCheck: 100 * time.Millisecond, WatchTimeout: time.Second, RequestTimeout: time.Second},
+		Replicas: cluster.ReplicaOptions{
+			Count: 1,
+			Open: func(origin string) (cluster.ReplicaStore, error) {
+				return bolt.Open(path(origin), &bolt.Options{BatchInterval: time.Millisecond})
+			},
+			Remove: func(origin string) error { return os.Remove(path(origin)) },
+			List: func() ([]string, error) {
+				files, err := filepath.Glob(filepath.Join(rdir, "*.db"))
+				var names []string
+				for _, f := range files {
+					names = append(names, strings.TrimSuffix(filepath.Base(f), ".db"))
+				}
+				return names, err
+			},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	local, err := bolt.Open(filepath.Join(dir, "linemq.db"), &bolt.Options{BatchInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { local.Close() })
+	s := brokertest.Start(t, broker.Options{Cluster: c.Hooks(), Store: c.Store(local)}, nil)
+	if err := c.Bind(s.Server); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Ready():
+	case <-time.After(15 * time.Second):
+		t.Fatalf("%s: not ready", name)
+	}
+	return &replicaNode{gw: &gw{Server: s, reg: c.Registry()}, c: c}
+}
+
+// TestReplicaAdoptedFromACutOffOwner: a persistent subscriber's session is
+// owned by node 3 and queues 100 acknowledged messages there; node 3 is
+// cut off from etcd for longer than its lease, so the line takes it for
+// dead and the session's replica adopts it. The client resumes on node 1
+// with Session Present 1 and all 100; node 3, back, lets its copy go
+// without delivering from it, and its client is closed (0x8E). Run with
+// -race: the replicator's senders, the holder's applies and the adoption
+// all run at once here.
+func TestReplicaAdoptedFromACutOffOwner(t *testing.T) {
+	prefix := etcdtest.Prefix(t)
+	cli3, proxy := shared.ProxiedClient(t)
+	var nodes []*replicaNode
+	for i, cli := range []*clientv3.Client{shared.Client(t), shared.Client(t), cli3} {
+		nodes = append(nodes, startReplicaNode(t, cli, prefix, fmt.Sprint("n", i+1)))
+	}
+	brokertest.Eventually(t, 15*time.Second, "every stream up", func() bool {
+		h := nodes[0].c.Hooks()
+		return h.Available("n2") && h.Available("n3") && nodes[2].c.Hooks().Available("n2")
+	})
+
+	hist, _ := brokertest.Connect(t, nodes[2].Addr, persistent("hist", true, 100))
+	hist.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("line/#"), QoS: 1}}})
+	hist.Write((&packet.Disconnect{}).Append(nil, packet.V5))
+	hist.ExpectClosed()
+	brokertest.Eventually(t, 10*time.Second, "node 1 routes line/# to node 3", func() bool {
+		return len(nodes[0].reg.RouteNodes("line/#")) == 1
+	})
+	pub, _ := brokertest.Connect(t, nodes[0].Addr, &packet.Connect{Version: packet.V5, ClientID: []byte("pub"), CleanStart: true})
+	for i := range 100 {
+		if rc := publish(t, pub, uint16(i+1), "line/1", fmt.Sprint(i)); rc != packet.Success {
+			t.Fatalf("publish %d: %v", i, rc)
+		}
+	}
+	// A second client stays connected to node 3 through the cut.
+	stays, _ := brokertest.Connect(t, nodes[2].Addr, persistent("stays", true, 100))
+
+	proxy.Cut()
+	brokertest.Eventually(t, 20*time.Second, "hist adopted from its replica", func() bool {
+		o, ok := nodes[0].reg.SessionOwner("hist")
+		return ok && o.Node != "n3" && o.ReplicaOf == "n3"
+	})
+	back, ca := brokertest.Connect(t, nodes[0].Addr, persistent("hist", false, 100))
+	defer back.Conn.Close()
+	if !ca.SessionPresent {
+		t.Fatal("hist resumed with Session Present 0")
+	}
+	got := map[string]bool{}
+	for len(got) < 100 {
+		var p packet.Publish
+		back.Expect(packet.PUBLISH, &p)
+		got[string(p.Payload)] = true
+		if p.QoS > 0 {
+			back.Write((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+		}
+	}
+	proxy.Resume()
+	stays.ExpectDisconnect(packet.SessionTakenOver)
+	st := nodes[2].c.Stats().Replicas
+	t.Logf("hist resumed on node 1 with its 100 messages; node 3, back, closed stays; replica figures of node 3: %+v", st)
+	var adopted uint64
+	for _, n := range nodes[:2] {
+		adopted += n.c.Stats().Replicas.Adopted
+	}
+	if adopted < 2 {
+		t.Errorf("%d sessions adopted on nodes 1 and 2, want hist and stays", adopted)
+	}
+}
