@@ -256,3 +256,87 @@ func countMissing(t *crashTracker, want []uint64) int {
 	m, _ := t.missing(want)
 	return m
 }
+
+// TestClusterOwnerAndReplicaLost: the owner of a session and its replica
+// die together (two of three gateways: the etcd quorum goes too), and the
+// owner's SD card with it. This is outside the promise: what the test
+// states is what happens. Nothing is adopted while the quorum is gone,
+// and new CONNECTs are refused (0x88). Once the replica's gateway is back
+// on its card, the quorum is back; the owner's lease expires and the
+// replica adopts its sessions from what its card kept: the subscriber
+// resumes with Session Present 1 and every acknowledged message. Had the
+// replica's card died as well, the session and its messages would be
+// lost (docs/cluster.md, *Failure by failure*).
+func TestClusterOwnerAndReplicaLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes and an etcd quorum")
+	}
+	c := startCluster3(t, "-http-listen", "127.0.0.1:0")
+	owner := 2
+	subscribeAndLeave(t, c.addrs[owner], "hist", "st/ord")
+	// The publisher's session is clean (expiry 0): hist is the only
+	// persistent session, so the gateway holding one replica holds hist's.
+	cp := &packet.Connect{ClientID: []byte("pub"), CleanStart: true}
+	pc, _, err := dialConnect(c.addrs[0], cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Conn.Close()
+	pub := &qos1Publisher{t: t, c: pc}
+	const n = 500
+	for i := uint64(1); i <= n; i++ {
+		if rc := pub.publish("st/ord", i); rc != packet.Success {
+			t.Fatalf("publish %d: %v", i, rc)
+		}
+	}
+	replica := -1
+	if !waitFor(10*time.Second, func() bool {
+		for i := range 3 {
+			var st struct {
+				Replicas struct {
+					HeldSessions int `json:"held_sessions"`
+				} `json:"replicas"`
+			}
+			getJSON(t, "http://"+c.https[i]+"/api/v1/cluster", &st)
+			if st.Replicas.HeldSessions == 1 {
+				replica = i
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("no gateway holds hist's replica")
+	}
+	survivor := 3 - owner - replica
+	t.Logf("hist is owned by n%d, its replica on n%d; both are killed, n%d's card is lost", owner+1, replica+1, owner+1)
+	pc.Conn.Close()
+	for _, i := range []int{owner, replica} {
+		c.ds[i].cmd.Process.Kill()
+		<-c.ds[i].exited
+	}
+	if err := os.RemoveAll(filepath.Join(c.dir, "n"+strconv.Itoa(owner+1))); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dialMQTT(c.addrs[survivor], "probe", true); err == nil {
+		t.Error("a CONNECT was accepted with two of three gateways (and etcd members) down")
+	} else {
+		t.Logf("with two of three down, a CONNECT on the survivor: %v", err)
+	}
+	killed := time.Now()
+	c.restart(replica)
+	hist := &crashTracker{seen: map[uint64]int{}}
+	h := resume(t, c.addrs[survivor], "hist", hist, 60*time.Second)
+	t.Logf("n%d back on its card; hist resumed %.1f s after the kill with Session Present %v", replica+1, time.Since(killed).Seconds(), h.present)
+	if !h.present {
+		t.Error("hist resumed with Session Present 0")
+	}
+	var want []uint64
+	for i := uint64(1); i <= n; i++ {
+		want = append(want, i)
+	}
+	if !waitFor(30*time.Second, func() bool { m, _ := hist.missing(want); return m == 0 }) {
+		m, _ := hist.missing(want)
+		t.Fatalf("%d of %d acknowledged messages lost", m, n)
+	}
+	t.Logf("all %d acknowledged messages arrived from the replica's card", n)
+}
