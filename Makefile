@@ -67,7 +67,8 @@ fuzz:
 ## runs with seeds SEED, SEED+1, ...; each is three linemq processes (an
 ## etcd member in each) under QoS 1 load and a schedule of faults drawn from
 ## CHAOS_FAULTS by the seed, CHAOS_DURATION long: kill, stop, leader, move,
-## partition (root and ip netns only, skipped otherwise), line. Prints each
+## partition (root and ip netns only, skipped otherwise), line, wipe (a node
+## killed with its data directory deleted, then a blank replacement). Prints each
 ## seed's schedule, figures and invariants; fails if any run violated one.
 ## Reproduce a failing seed with make chaos SEED=N RUNS=1. make test runs a
 ## fixed set of two seeds (internal/chaos TestFaultSuite) and a node cut off

@@ -19,7 +19,7 @@ import (
 // startCluster starts the gateway's part of its line from the cluster
 // section (docs/cluster.md): what must exist before the broker, whose
 // Options.Cluster is the result's Hooks.
-func startCluster(ctx context.Context, cfg *config.Config, dataDir, version string, log *slog.Logger) (*cluster.Cluster, error) {
+func startCluster(ctx context.Context, cfg *config.Config, dataDir, storeID, version string, log *slog.Logger) (*cluster.Cluster, error) {
 	cc := &cfg.Cluster
 	etcdTLS, err := cc.Etcd.TLS.Load()
 	if err != nil {
@@ -40,6 +40,7 @@ func startCluster(ctx context.Context, cfg *config.Config, dataDir, version stri
 		Replicas:      replicaStores(cfg, dataDir, log),
 		Version:       version,
 		DataDir:       dataDir,
+		StoreID:       storeID,
 		Logger:        log,
 	})
 }

@@ -149,7 +149,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	healthReg := health.New(health.Options{Logger: log.With("component", "health")})
 	var cl *cluster.Cluster
 	if cfg.Cluster.Listen != "" {
-		if cl, err = startCluster(ctx, cfg, dataDir, opts.Version, log); err != nil {
+		if cl, err = startCluster(ctx, cfg, dataDir, store.ID(), opts.Version, log); err != nil {
 			healthReg.Close()
 			store.Close()
 			return nil, fmt.Errorf("gateway: %w", err)

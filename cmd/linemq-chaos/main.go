@@ -6,7 +6,7 @@
 // Usage:
 //
 //	linemq-chaos -linemq bin/linemq [-seed N] [-runs N] [-duration D]
-//	             [-faults kill,stop,leader,move,partition,line] [-plain]
+//	             [-faults kill,stop,leader,move,partition,line,wipe] [-plain]
 //	             [-dir DIR] [-v]
 //
 // Runs use seeds N, N+1, ... N+runs-1. For each it prints the seed, the
@@ -45,7 +45,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	seed := fs.Uint64("seed", 1, "first `SEED`; run k uses SEED+k")
 	runs := fs.Int("runs", 1, "number of runs (`N` seeds)")
 	duration := fs.Duration("duration", 40*time.Second, "length of each run's fault schedule (the load runs a few seconds longer)")
-	faults := fs.String("faults", "kill,stop,leader,move,partition,line", "comma-separated fault `KINDS`, or all")
+	faults := fs.String("faults", "kill,stop,leader,move,partition,line,wipe", "comma-separated fault `KINDS`, or all")
 	plain := fs.Bool("plain", true, "also run an ordinary persistent QoS 1 subscriber (chaos/#) on every node (-plain=false: share-group members only)")
 	dir := fs.String("dir", "", "keep every run's data and logs under `DIR`/seed-N (default: a temporary directory, removed when the run held)")
 	verbose := fs.Bool("v", false, "log progress as runs go")

@@ -48,6 +48,11 @@ type Options struct {
 	Version string
 	// DataDir holds the embedded member's data, in DataDir/etcd.
 	DataDir string
+	// StoreID identifies the local store (bolt's Store.ID). With
+	// replicas, a node whose store is not the one its earlier run had
+	// (a lost data directory) registers only once that run's lease has
+	// ended, so that the others fail its sessions over first.
+	StoreID string
 	// Logger receives the cluster's logs, etcd's included; nil discards
 	// them.
 	Logger *slog.Logger
@@ -72,9 +77,9 @@ type EtcdOptions struct {
 	PeerListen, ClientListen, InitialCluster string
 	// Existing joins the embedded member to a cluster that runs already
 	// (a replacement, after ReplaceMember).
-	Existing bool
-	Endpoints                                []string
-	TLS                                      *tls.Config // to external endpoints
+	Existing  bool
+	Endpoints []string
+	TLS       *tls.Config // to external endpoints
 	// Client, when set, is used as it is (tests share one etcd); the
 	// Cluster does not close it. Prefix then overrides the key prefix.
 	Client *clientv3.Client
@@ -163,6 +168,9 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	ro := o.Registry
 	ro.Client, ro.Node, ro.Cluster, ro.Prefix = c.cli, o.Node, o.Name, o.Etcd.Prefix
 	ro.Addr, ro.Version = cmp.Or(o.Advertise, c.ln.Addr().String()), o.Version
+	if o.Replicas.Count > 0 {
+		ro.Store = o.StoreID
+	}
 	ro.Logger = log.With("component", "registry")
 	if err := n.init(ro); err != nil {
 		return nil, err
@@ -220,6 +228,7 @@ func (c *Cluster) Bind(srv broker.ClusterInbound) error {
 		case <-ctx.Done():
 			return
 		}
+		c.node.openMesh()
 		c.node.Reconcile(ctx)
 		c.node.markReady()
 		// This gateway belongs to the line from now on, also when it is
@@ -231,7 +240,7 @@ func (c *Cluster) Bind(srv broker.ClusterInbound) error {
 		cancel()
 		close(c.ready)
 		if c.node.held != nil {
-			c.node.held.startup()
+			c.node.held.startup(ctx)
 		}
 		c.wg.Go(func() { c.node.KeepWills(ctx) })
 		c.node.SyncRetained(ctx, time.Second)

@@ -32,6 +32,9 @@ import (
 // The mesh calls of fail-over.
 const (
 	callFailedOver = "replica.done" // arg: the origin whose sessions the caller has adopted
+	// callSettled asks whether the callee is done with the caller's
+	// earlier run (arg: the caller's store); answer 1 for done, 0 not yet.
+	callSettled = "replica.settled"
 )
 
 // failoverFallback is how long after an origin left the nodes wait for
@@ -45,9 +48,15 @@ type held struct {
 
 	mu      sync.Mutex
 	origins map[string]*origin
-	// done records, per origin that left, the nodes that have adopted
-	// what they held of it; pending origins are being failed over.
-	done map[string]map[string]bool
+	// gone records the origins that left and are being failed over.
+	gone map[string]*departure
+
+	// predecessor is set until every other node has said it is done with
+	// this node's earlier run (awaitPeers): while it is, a CONNECT that
+	// resumes a session nobody owns waits, since the session may be about
+	// to be adopted from a replica elsewhere (this run may have lost its
+	// store, or been down past its lease).
+	predecessor atomic.Bool
 
 	adopted atomic.Uint64
 }
@@ -66,7 +75,29 @@ type origin struct {
 }
 
 func newHeld(n *Node, o ReplicaOptions) *held {
-	return &held{n: n, opts: o, origins: map[string]*origin{}, done: map[string]map[string]bool{}}
+	h := &held{n: n, opts: o, origins: map[string]*origin{}, gone: map[string]*departure{}}
+	h.predecessor.Store(true)
+	return h
+}
+
+// departure is an origin's fail-over under way.
+type departure struct {
+	// store is the departed run's store (registry.Node.Store), "" if
+	// unknown: a run of the origin registered again with the same store
+	// still has its sessions, one with another has lost them.
+	store string
+	done  map[string]bool // the nodes that have adopted what they held of it
+}
+
+// back reports whether origin, failing over, is registered again with the
+// store it left with: it has its sessions, and the fail-over is moot.
+func (h *held) back(origin, store string) bool {
+	for _, p := range h.n.reg.Nodes() {
+		if p.Name == origin {
+			return store == "" || p.Store == store
+		}
+	}
+	return false
 }
 
 // get returns origin name's store, opening it on first use.
@@ -104,6 +135,11 @@ func (h *held) apply(from string, b []byte) error {
 	bt, err := decodeBatch(b)
 	if err != nil {
 		return err
+	}
+	if h.failing(from) {
+		// A run that lost its store, registered while what it held is
+		// still being adopted here: its own sessions wait (resync).
+		return errFailingOver
 	}
 	o, err := h.get(from)
 	if err != nil {
@@ -169,29 +205,42 @@ func (o *origin) applyLocked(op *replicaOp) error {
 	return nil
 }
 
-// left starts the fail-over of a node that left the registry.
-func (h *held) left(name string) {
+// left starts the fail-over of a node that left the registry; store is
+// the departed run's (registry.Node.Store), "" if unknown.
+func (h *held) left(name, store string) {
 	h.mu.Lock()
-	if h.done[name] == nil {
-		h.done[name] = map[string]bool{}
+	if h.gone[name] == nil {
+		h.gone[name] = &departure{store: store, done: map[string]bool{}}
 	}
 	h.mu.Unlock()
-	go h.failover(name)
+	go h.failover(name, store)
 	time.AfterFunc(failoverFallback, func() { h.finish(name, true) })
 }
 
-// joined forgets a fail-over of a node that is back.
-func (h *held) joined(name string) {
+// joined forgets the fail-over of a node that is back with the store it
+// left with.
+func (h *held) joined(name, store string) {
 	h.mu.Lock()
-	delete(h.done, name)
-	h.mu.Unlock()
+	defer h.mu.Unlock()
+	if d := h.gone[name]; d != nil && (d.store == "" || d.store == store) {
+		delete(h.gone, name)
+	}
+}
+
+// failing reports whether origin is being failed over: its replicas here
+// are being adopted, and a new run of it (one that lost its store) must
+// wait with its own until they are.
+func (h *held) failing(origin string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gone[origin] != nil
 }
 
 // failover adopts the sessions kept here for name, gone, and says so to
 // every node.
-func (h *held) failover(name string) {
+func (h *held) failover(name, store string) {
 	n := h.n
-	if n.registered(name) {
+	if h.back(name, store) {
 		return // back already: it has its own copy, and resyncs ours
 	}
 	h.mu.Lock()
@@ -283,12 +332,12 @@ func (h *held) adopt(o *origin) {
 // mark records that node has adopted what it kept of origin.
 func (h *held) mark(origin, node string) {
 	h.mu.Lock()
-	d := h.done[origin]
+	d := h.gone[origin]
 	if d == nil {
 		h.mu.Unlock()
 		return // not (or no longer) failing over here
 	}
-	d[node] = true
+	d.done[node] = true
 	h.mu.Unlock()
 	h.finish(origin, false)
 }
@@ -297,24 +346,31 @@ func (h *held) mark(origin, node string) {
 // its part (or anyway, when force is set: the fallback).
 func (h *held) finish(origin string, force bool) {
 	n := h.n
-	if n.registered(origin) {
+	h.mu.Lock()
+	d := h.gone[origin]
+	if d == nil {
+		h.mu.Unlock()
+		return
+	}
+	store := d.store
+	h.mu.Unlock()
+	if h.back(origin, store) {
 		return
 	}
 	h.mu.Lock()
-	d := h.done[origin]
-	if d == nil {
+	if d = h.gone[origin]; d == nil {
 		h.mu.Unlock()
 		return
 	}
 	if !force {
 		for _, p := range n.reg.Nodes() {
-			if p.Name != origin && !d[p.Name] {
+			if p.Name != origin && !d.done[p.Name] {
 				h.mu.Unlock()
 				return
 			}
 		}
 	}
-	delete(h.done, origin)
+	delete(h.gone, origin)
 	h.mu.Unlock()
 	n.parkMu.Lock()
 	delete(n.parked, origin)
@@ -323,11 +379,62 @@ func (h *held) finish(origin string, force bool) {
 	n.log.Info("the sessions of a gateway that is gone live on the others now", "node", origin, "waited_for_all", !force)
 }
 
-// pending reports whether a fail-over is under way.
+// pending reports whether a fail-over is under way, or may be for this
+// node's earlier run.
 func (h *held) pending() bool {
+	if h.predecessor.Load() {
+		return true
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.done) > 0
+	return len(h.gone) > 0
+}
+
+// settled answers callSettled: whether this node is done with origin's
+// earlier run. It is once it has seen origin's current registration (with
+// store), and so every change before it, its predecessor's leaving
+// included, and is not failing that one over.
+func (h *held) settled(origin, store string) bool {
+	seen := slices.ContainsFunc(h.n.reg.Nodes(), func(p registry.Node) bool { return p.Name == origin && p.Store == store })
+	return seen && !h.failing(origin)
+}
+
+// settlePoll is how often awaitPeers asks again.
+const settlePoll = 100 * time.Millisecond
+
+// awaitPeers asks every other node until each has said it is done with
+// this node's earlier run, or cannot be reached, then clears predecessor.
+// It gives up after failoverFallback, as the fail-over itself does.
+func (h *held) awaitPeers(ctx context.Context) {
+	n := h.n
+	defer h.predecessor.Store(false)
+	store := []byte(n.reg.Store())
+	deadline := time.Now().Add(failoverFallback)
+	for time.Now().Before(deadline) {
+		waiting := 0
+		for _, p := range n.reg.Nodes() {
+			if p.Name == n.self {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			ans, err := n.call(cctx, p.Name, callSettled, store)
+			cancel()
+			if err == nil && len(ans) == 1 && ans[0] == 0 {
+				waiting++
+			}
+		}
+		if waiting == 0 {
+			return
+		}
+		t := time.NewTimer(settlePoll)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+	}
+	n.log.Warn("gave up waiting for the other gateways to finish failing over this one's earlier run", "after", failoverFallback)
 }
 
 // waitFailovers waits, until ctx ends, for the fail-overs under way.
@@ -350,6 +457,7 @@ func (h *held) stats(st *ReplicaStats) {
 	defer h.mu.Unlock()
 	st.Adopted = h.adopted.Load()
 	st.HeldOrigins = len(h.origins)
+	st.FailingOver = len(h.gone)
 	for _, o := range h.origins {
 		o.mu.Lock()
 		st.HeldSessions += len(o.ids)
@@ -358,8 +466,10 @@ func (h *held) stats(st *ReplicaStats) {
 }
 
 // startup fails over the origins whose stores are here and who are not
-// registered: they died while this node was down.
-func (h *held) startup() {
+// registered (they died while this node was down), and waits for the
+// others to be done with this node's earlier run.
+func (h *held) startup(ctx context.Context) {
+	go h.awaitPeers(ctx)
 	names, err := h.opts.List()
 	if err != nil {
 		h.n.log.Warn("listing the replicas kept here", "err", err)
@@ -367,7 +477,7 @@ func (h *held) startup() {
 	}
 	for _, name := range names {
 		if name != h.n.self && !h.n.registered(name) {
-			h.left(name)
+			h.left(name, "")
 		}
 	}
 }

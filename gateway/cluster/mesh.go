@@ -102,13 +102,19 @@ func (h meshHandler) Call(from, method string, arg []byte) ([]byte, error) {
 		return h.n.HandOver(from, string(arg)), nil
 	case callRetained:
 		return appendRetained(nil, h.n.srv.RetainedSnapshot()), nil
-	case callReplicaApply, callFailedOver:
+	case callReplicaApply, callFailedOver, callSettled:
 		if h.n.held == nil {
 			return nil, errors.New("cluster: this node keeps no replicas (cluster.replicas is 0)")
 		}
-		if method == callFailedOver {
+		switch method {
+		case callFailedOver:
 			h.n.held.mark(string(arg), from)
 			return nil, nil
+		case callSettled:
+			if h.n.held.settled(from, string(arg)) {
+				return []byte{1}, nil
+			}
+			return []byte{0}, nil
 		}
 		return nil, h.n.held.apply(from, arg)
 	}

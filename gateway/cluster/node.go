@@ -92,6 +92,17 @@ type Node struct {
 	// restored sessions: a CONNECT before then waits for it (Claim).
 	ready     chan struct{}
 	readyOnce sync.Once
+
+	// peers are the other nodes' addresses as registered. They reach the
+	// transport only once this run has registered (meshOpen): before
+	// then the others' records of this node are an earlier run's, and a
+	// stream between them and this run would let this run answer for
+	// that one (a hand-over with nothing to hand, messages forwarded to
+	// subscribers it does not have), which a run that lost its store
+	// must never do.
+	peerMu   sync.Mutex
+	peers    map[string]string
+	meshOpen bool
 }
 
 // NodeOptions configure a Node made with NewNode.
@@ -126,6 +137,7 @@ func (n *Node) init(ro registry.Options) error {
 	n.claimed = map[string]int64{}
 	n.claiming = map[string]int{}
 	n.parked = map[string]map[string]struct{}{}
+	n.peers = map[string]string{}
 	n.ready = make(chan struct{})
 	n.wills = newWills(n)
 	ro.OnEvent = n.HandleEvent
@@ -151,6 +163,7 @@ func (n *Node) Bind(srv broker.ClusterInbound) error {
 	}
 	go func() {
 		<-n.reg.Ready()
+		n.openMesh()
 		n.markReady()
 	}()
 	return nil
@@ -158,6 +171,35 @@ func (n *Node) Bind(srv broker.ClusterInbound) error {
 
 // markReady lets CONNECTs through Claim.
 func (n *Node) markReady() { n.readyOnce.Do(func() { close(n.ready) }) }
+
+// setPeer records node's address ("" once it left), and passes it to the
+// transport once the mesh is open.
+func (n *Node) setPeer(node, addr string) {
+	n.peerMu.Lock()
+	defer n.peerMu.Unlock()
+	if addr == "" {
+		delete(n.peers, node)
+	} else {
+		n.peers[node] = addr
+	}
+	if n.meshOpen {
+		n.tr.SetPeer(node, addr)
+	}
+}
+
+// openMesh lets this node reach the others and be reached by them: call
+// it once this run has registered (the registry is Ready).
+func (n *Node) openMesh() {
+	n.peerMu.Lock()
+	defer n.peerMu.Unlock()
+	if n.meshOpen {
+		return
+	}
+	n.meshOpen = true
+	for node, addr := range n.peers {
+		n.tr.SetPeer(node, addr)
+	}
+}
 
 func (n *Node) bind(srv broker.ClusterInbound) error {
 	if n.srv != nil {
@@ -548,20 +590,20 @@ func (n *Node) HandleEvent(ev registry.Event) {
 			// Perhaps a new run: the previous one's clients' wills are due.
 			n.wills.left(ev.Node, n.lastHeard(ev.Node))
 		}
-		n.tr.SetPeer(ev.Node, ev.NodeInfo.Addr)
+		n.setPeer(ev.Node, ev.NodeInfo.Addr)
 		n.nodesChanged()
 		if ev.Kind == registry.NodeJoined {
 			n.unparkLater(ev.Node)
 			if n.held != nil {
-				n.held.joined(ev.Node)
+				n.held.joined(ev.Node, ev.NodeInfo.Store)
 			}
 		}
 	case registry.NodeLeft:
 		n.wills.left(ev.Node, n.lastHeard(ev.Node)) // before its link goes
-		n.tr.SetPeer(ev.Node, "")
+		n.setPeer(ev.Node, "")
 		n.nodesChanged()
 		if n.held != nil {
-			n.held.left(ev.Node)
+			n.held.left(ev.Node, ev.NodeInfo.Store)
 		}
 	case registry.RouteAdded:
 		n.unpark(ev.Node, ev.Filter)

@@ -78,6 +78,7 @@ type ReplicaStats struct {
 	Adopted      uint64 `json:"adopted"`       // sessions of dead nodes adopted here from replicas
 	HeldOrigins  int    `json:"held_origins"`  // nodes whose sessions this node keeps replicas of
 	HeldSessions int    `json:"held_sessions"` // sessions kept here for other nodes
+	FailingOver  int    `json:"failing_over"`  // gone nodes whose fail-over is under way here
 }
 
 // replicator is the Store the broker writes to on a node with replicas.

@@ -123,6 +123,7 @@ func newClusterCollector(s *Server) *clusterCollector {
 	rp("unreplicated_total", "Session changes acknowledged without their replica, which could not be reached (sent whole once it can).", counter, func(r *cluster.ReplicaStats) float64 { return float64(r.Unreplicated) })
 	rp("adopted_total", "Sessions of gateways that died adopted here from their replicas.", counter, func(r *cluster.ReplicaStats) float64 { return float64(r.Adopted) })
 	rp("held_sessions", "Sessions of other gateways kept here as their replica.", gauge, func(r *cluster.ReplicaStats) float64 { return float64(r.HeldSessions) })
+	rp("failing_over", "Gone gateways whose sessions this one is adopting from their replicas (fail-overs under way).", gauge, func(r *cluster.ReplicaStats) float64 { return float64(r.FailingOver) })
 	c.nodes = newMetric("cluster_nodes", "Gateways of the line by state: up (registered now) or missing (belongs to the line, not registered).", gauge, "state")
 	c.regState = newMetric("cluster_registry_state", "1 for the registry's current state (starting, healthy, degraded, closed), 0 for the others.", gauge, "state")
 	rs := func(name, help string, kind prometheus.ValueType, f func(*RegistryStats) float64) {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -246,10 +247,36 @@ func Check(s Snapshot, units []Unit, faults []Fault, start time.Time, o Options)
 	// 1. No acknowledged message lost.
 	loss := Invariant{Name: InvNoLoss}
 	lost := map[Msg]bool{}
+	type span struct {
+		n        int
+		from, to time.Time
+	}
+	spans := map[string]*span{} // per unit: when the lost ones were sent
 	for _, m := range missing(s, units) {
 		lost[m.p.Msg] = true
 		loss.violate("%s/%d (sent to n%d %s, PUBACK %s) never reached %s %v",
 			m.p.Msg.Pub, m.p.Msg.Seq, m.p.Node+1, rel(m.p.Sent), rel(m.p.Acked), units[m.unit].Kind, units[m.unit].Clients)
+		key := fmt.Sprintf("%s %v", units[m.unit].Kind, units[m.unit].Clients)
+		sp := spans[key]
+		if sp == nil {
+			sp = &span{from: m.p.Sent, to: m.p.Sent}
+			spans[key] = sp
+		}
+		sp.n++
+		if m.p.Sent.Before(sp.from) {
+			sp.from = m.p.Sent
+		}
+		if m.p.Sent.After(sp.to) {
+			sp.to = m.p.Sent
+		}
+	}
+	if len(spans) > 0 && loss.Violations > len(loss.Examples) {
+		// Many: say where they went missing, so the logs can be read at the
+		// right moment.
+		for _, k := range slices.Sorted(maps.Keys(spans)) {
+			sp := spans[k]
+			loss.Examples = append(loss.Examples, fmt.Sprintf("in all, %d never reached %s, sent from %s to %s", sp.n, k, rel(sp.from), rel(sp.to)))
+		}
 	}
 	r.Delivered = r.Acked - len(lost)
 
@@ -394,7 +421,7 @@ func silenced(faults []Fault, p Publish) bool {
 		switch f.Kind {
 		case Line:
 			return true
-		case Kill, Stop, Leader:
+		case Kill, Stop, Leader, Wipe:
 			if f.Victim == p.Node {
 				return true
 			}

@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -20,9 +23,9 @@ import (
 	"github.com/linemq/linemq/gateway/cluster/registry"
 )
 
-// readyRE matches the line linemq logs once it serves, with its MQTT
-// address.
-var readyRE = regexp.MustCompile(`msg=ready .*mqtt=(\S+)`)
+// readyRE matches the line linemq logs once it serves, with its MQTT and
+// HTTP addresses.
+var readyRE = regexp.MustCompile(`msg=ready .*mqtt=(\S+) http=(\S+)`)
 
 // readyTimeout bounds a node's start: an embedded etcd member waits for a
 // quorum before the gateway is ready.
@@ -40,8 +43,8 @@ const config = "auth:\n  allow_anonymous: true\n"
 // proc is one run of a linemq process.
 type proc struct {
 	cmd    *os.Process
-	exited chan struct{} // closed once it has exited and its output is read
-	ready  chan string   // its MQTT address, once it logged ready
+	exited chan struct{}  // closed once it has exited and its output is read
+	ready  chan [2]string // its MQTT and HTTP addresses, once it logged ready
 }
 
 // cluster is the three linemq processes of a run.
@@ -53,12 +56,138 @@ type cluster struct {
 	mu    sync.Mutex
 	procs [3]*proc
 	addrs [3]string // MQTT; "" while the node is not serving
+	https [3]string // HTTP, likewise
+	// joined: node i is a replacement, whose etcd member joined the
+	// others' cluster with these flags (kept for its restarts).
+	joined [3][]string
 }
 
 // args is node i's command line.
 func (c *cluster) args(i int) []string {
-	return append([]string{"-config", filepath.Join(c.dir, configName), "-node-id", fmt.Sprint("n", i+1), "-data-dir", filepath.Join(c.dir, fmt.Sprint("n", i+1)),
-		"-http-listen", "", "-etcd-embed"}, c.topo.Args(i)...)
+	args := append([]string{"-config", filepath.Join(c.dir, configName), "-node-id", fmt.Sprint("n", i+1), "-data-dir", c.dataDir(i),
+		"-etcd-embed"}, c.topo.Args(i)...)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append(args, c.joined[i]...) // the last of a repeated flag wins
+}
+
+// dataDir is node i's data directory.
+func (c *cluster) dataDir(i int) string { return filepath.Join(c.dir, fmt.Sprint("n", i+1)) }
+
+// replace makes node i, killed with its data directory gone, a blank
+// replacement: its etcd member is swapped with linemq cluster replace,
+// asked of the other nodes' members as an operator would, and it is
+// started with the flags that command prints.
+func (c *cluster) replace(ctx context.Context, i int) error {
+	var eps []string
+	for k := range 3 {
+		if k != i {
+			eps = append(eps, c.topo.EtcdClientURL(k))
+		}
+	}
+	peer := argValue(c.topo.Args(i), "-etcd-peer-listen")
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(rctx, c.bin, "cluster", "replace", "-etcd-endpoints", strings.Join(eps, ","), "-peer-url", peer, fmt.Sprint("n", i+1)).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("linemq cluster replace n%d: %v: %s", i+1, err, strings.TrimSpace(string(out)))
+	}
+	m := replacedRE.FindStringSubmatch(string(out))
+	if m == nil {
+		return fmt.Errorf("linemq cluster replace n%d printed no initial cluster: %q", i+1, out)
+	}
+	c.mu.Lock()
+	c.joined[i] = []string{"-etcd-initial-cluster", m[1], "-etcd-initial-cluster-state", "existing"}
+	c.mu.Unlock()
+	return c.restart(ctx, i)
+}
+
+// replacedRE finds the flags linemq cluster replace says to start with.
+var replacedRE = regexp.MustCompile(`-etcd-initial-cluster (\S+) -etcd-initial-cluster-state existing`)
+
+// settled waits, at most d, until the line is at rest after a fault:
+// on every serving node no fail-over is under way, every persistent
+// session has its replicas in step, and nothing is kept for another node.
+// Only from there does the loss of one node's storage lose nothing (what a
+// node keeps for another that is away, and what a session acknowledged
+// while its replica was unreachable, are on that node's disk alone). It
+// returns what was not settled yet, "" once everything was.
+func (c *cluster) settled(ctx context.Context, d time.Duration) string {
+	var why string
+	waitFor(ctx, d, func() bool {
+		why = ""
+		for i := range 3 {
+			c.mu.Lock()
+			addr := c.https[i]
+			c.mu.Unlock()
+			if addr == "" {
+				why = fmt.Sprintf("n%d is not serving", i+1)
+				return false
+			}
+			var st struct {
+				Forwards []struct {
+					Node     string `json:"node"`
+					Queued   int    `json:"queued"`
+					OldestMs int64  `json:"oldest_ms"`
+				} `json:"forwards"`
+				Replicas struct {
+					BelowCount  int `json:"below_count"`
+					FailingOver int `json:"failing_over"`
+				} `json:"replicas"`
+			}
+			if err := getJSON(ctx, "http://"+addr+"/api/v1/cluster", &st); err != nil {
+				why = fmt.Sprintf("n%d: %v", i+1, err)
+				return false
+			}
+			if st.Replicas.FailingOver > 0 {
+				why = fmt.Sprintf("n%d: a fail-over under way", i+1)
+				return false
+			}
+			if st.Replicas.BelowCount > 0 {
+				why = fmt.Sprintf("n%d: %d session(s) below their replica count", i+1, st.Replicas.BelowCount)
+				return false
+			}
+			for _, f := range st.Forwards {
+				// Under load a few are always on their way, answered
+				// within milliseconds: a backlog is what is older.
+				if f.Queued > 0 && f.OldestMs >= 500 {
+					why = fmt.Sprintf("n%d: %d message(s) kept for %s", i+1, f.Queued, f.Node)
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return why
+}
+
+// getJSON decodes the JSON at url into v.
+func getJSON(ctx context.Context, url string, v any) error {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// argValue returns the value following flag in args, "" if absent.
+func argValue(args []string, flag string) string {
+	for k := 0; k+1 < len(args); k++ {
+		if args[k] == flag {
+			return args[k+1]
+		}
+	}
+	return ""
 }
 
 // start starts node i; its log goes to <dir>/n<i>.log, appended over its
@@ -83,7 +212,7 @@ func (c *cluster) start(i int) (*proc, error) {
 		logf.Close()
 		return nil, err
 	}
-	p := &proc{cmd: cmd.Process, exited: make(chan struct{}), ready: make(chan string, 1)}
+	p := &proc{cmd: cmd.Process, exited: make(chan struct{}), ready: make(chan [2]string, 1)}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -93,7 +222,7 @@ func (c *cluster) start(i int) (*proc, error) {
 			fmt.Fprintln(logf, line)
 			if m := readyRE.FindStringSubmatch(line); m != nil && !announced {
 				announced = true
-				p.ready <- m[1]
+				p.ready <- [2]string{m[1], m[2]}
 			}
 		}
 		cmd.Wait() // after the output is read, as exec requires
@@ -111,9 +240,9 @@ func (c *cluster) start(i int) (*proc, error) {
 // clients.
 func (c *cluster) waitReady(ctx context.Context, i int, p *proc) error {
 	select {
-	case addr := <-p.ready:
+	case addrs := <-p.ready:
 		c.mu.Lock()
-		c.addrs[i] = addr
+		c.addrs[i], c.https[i] = addrs[0], addrs[1]
 		c.mu.Unlock()
 		return nil
 	case <-p.exited:
@@ -162,7 +291,7 @@ func (c *cluster) proc(i int) *proc {
 func (c *cluster) kill(i int) {
 	p := c.proc(i)
 	c.mu.Lock()
-	c.addrs[i] = ""
+	c.addrs[i], c.https[i] = "", ""
 	c.mu.Unlock()
 	p.cmd.Kill()
 	<-p.exited

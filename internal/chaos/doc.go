@@ -28,7 +28,8 @@
 // to which node: SIGKILL and restart on the same data directory, SIGSTOP
 // then SIGCONT, SIGKILL of the node hosting the etcd leader, a persistent
 // subscriber moving to another node, a node's link to the others taken
-// down, the whole line killed at once. Faults run one after the other, so
+// down, the whole line killed at once, a node killed with its data
+// directory deleted and replaced by a blank one (linemq cluster replace). Faults run one after the other, so
 // at most one node is lost at a time except in the whole-line fault. The
 // same seed gives the same plan; the cluster's timing still varies from run
 // to run, so a failure is reproduced by running its seed again, often a

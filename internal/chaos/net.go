@@ -12,8 +12,9 @@ import (
 // Topology is where the three nodes listen and how one of them is cut
 // off from the others.
 type Topology interface {
-	// Args are the listen flags of node i (0-based): MQTT, cluster and
-	// the embedded etcd member's URLs.
+	// Args are the listen flags of node i (0-based): MQTT, HTTP (the
+	// harness reads the cluster's figures there), cluster and the
+	// embedded etcd member's URLs.
 	Args(i int) []string
 	// Command wraps the linemq command line for node i (a namespace's
 	// "ip netns exec").
@@ -75,7 +76,7 @@ func initialCluster(peers [3]string) string {
 }
 
 func (t *loopback) Args(i int) []string {
-	return []string{"-mqtt-listen", "127.0.0.1:0", "-cluster-listen", "127.0.0.1:0",
+	return []string{"-mqtt-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0", "-cluster-listen", "127.0.0.1:0",
 		"-etcd-peer-listen", t.peer[i], "-etcd-client-listen", t.client[i], "-etcd-initial-cluster", initialCluster(t.peer)}
 }
 
@@ -203,7 +204,7 @@ func (t *netns) Args(i int) []string {
 	for k := range 3 {
 		peers[k] = "http://" + t.lineIP(k) + ":2380"
 	}
-	return []string{"-mqtt-listen", t.cliIP(i) + ":1883", "-cluster-listen", t.lineIP(i) + ":7946",
+	return []string{"-mqtt-listen", t.cliIP(i) + ":1883", "-http-listen", t.cliIP(i) + ":8080", "-cluster-listen", t.lineIP(i) + ":7946",
 		"-etcd-peer-listen", peers[i], "-etcd-client-listen", t.EtcdClientURL(i), "-etcd-initial-cluster", initialCluster(peers)}
 }
 

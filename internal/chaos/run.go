@@ -308,6 +308,9 @@ func waitFor(ctx context.Context, d time.Duration, cond func() bool) bool {
 	return true
 }
 
+// settleBound bounds the wait for the line to be at rest before a wipe.
+const settleBound = 60 * time.Second
+
 // faulter plays faults.
 type faulter struct {
 	cl   *cluster
@@ -350,6 +353,26 @@ func (f *faulter) run(ctx context.Context, ft *Fault, origin time.Time) error {
 			return err
 		}
 		ft.Note = fmt.Sprintf("n%d killed, ready again", ft.Victim+1)
+	case Wipe:
+		// The promise is about one node lost from a line at rest: wait
+		// for the one before to be over everywhere first.
+		if why := f.cl.settled(ctx, settleBound); why != "" {
+			ft.Note = fmt.Sprintf("line not at rest after %v (%s); ", settleBound, why)
+		}
+		ft.Start = time.Now()
+		u := f.rec.outageStart(ft.Victim, Wipe, time.Now())
+		f.cl.kill(ft.Victim)
+		if err := os.RemoveAll(f.cl.dataDir(ft.Victim)); err != nil {
+			f.rec.outageEnd(u, time.Now())
+			return err
+		}
+		sleep(ctx, ft.Hold)
+		err := f.cl.replace(ctx, ft.Victim)
+		f.rec.outageEnd(u, time.Now())
+		if err != nil {
+			return err
+		}
+		ft.Note += fmt.Sprintf("n%d killed and its data directory deleted; a blank replacement joined, ready", ft.Victim+1)
 	case Line:
 		var us [3]int
 		for i := range 3 {

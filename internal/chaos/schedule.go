@@ -30,10 +30,14 @@ const (
 	Partition FaultKind = "partition"
 	// Line kills all three nodes at once and restarts them after the hold.
 	Line FaultKind = "line"
+	// Wipe is SIGKILL of one node and the loss of its data directory (a
+	// dead SD card): after the hold a blank replacement joins under its
+	// name, its etcd member replaced with linemq cluster replace.
+	Wipe FaultKind = "wipe"
 )
 
 // AllFaults lists every fault kind, in the order the flags document them.
-var AllFaults = []FaultKind{Kill, Stop, Leader, Move, Partition, Line}
+var AllFaults = []FaultKind{Kill, Stop, Leader, Move, Partition, Line, Wipe}
 
 // ParseFaults reads a comma-separated list of fault kinds; "all" is every
 // kind.
@@ -106,7 +110,7 @@ func (f *Fault) Describe() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "t=%5.1fs %-9s", f.At.Seconds(), f.Kind)
 	switch f.Kind {
-	case Kill, Stop, Partition:
+	case Kill, Stop, Partition, Wipe:
 		fmt.Fprintf(&b, " n%d hold %.1fs", f.Node+1, f.Hold.Seconds())
 	case Leader, Line:
 		fmt.Fprintf(&b, " hold %.1fs", f.Hold.Seconds())
@@ -190,7 +194,7 @@ func NewPlan(seed uint64, duration time.Duration, kinds []FaultKind, h Holds) Pl
 		f := Fault{Kind: k, At: t, Node: rng.IntN(3), Step: 1 + rng.IntN(2), Abrupt: rng.IntN(2) == 0}
 		left := duration - t
 		switch k {
-		case Kill, Leader, Line:
+		case Kill, Leader, Line, Wipe:
 			f.Hold = min(between(h.KillMin, h.KillMax), max(left, h.KillMin))
 		case Stop:
 			f.Hold = min(between(h.StopMin, h.StopMax), max(left, h.StopMin))

@@ -73,6 +73,10 @@ var keySchemaVersion = []byte("schema_version")
 // writes nothing, so that a start costs the flash nothing.
 var keyClosedCleanly = []byte("closed_cleanly")
 
+// keyStoreID in bucketMeta holds the file's identity (Store.ID): random,
+// written once, by the Open that finds it missing.
+var keyStoreID = []byte("store_id")
+
 // inboundValue is the value of every inbound packet id key. It is not empty
 // because bbolt reports nested buckets as nil values when iterating, and a
 // non-empty value keeps "a key" and "a bucket" apart without a second lookup.

@@ -2,6 +2,7 @@ package bolt
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -134,6 +135,7 @@ type Store struct {
 	// wasClean: the file had the clean-close mark at Open. cleanMark: it
 	// is still on disk; only the committer (then Close) touches it.
 	wasClean  bool
+	id        string // ID
 	cleanMark bool
 
 	// mu guards everything below it. The committer holds it only to swap
@@ -205,20 +207,28 @@ func Open(path string, opts *Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	var clean bool
+	var (
+		clean bool
+		id    string
+	)
 	err = protect(func() error {
 		return db.View(func(tx *bbolt.Tx) error {
-			clean = tx.Bucket(bucketMeta.name).Get(keyClosedCleanly) != nil
+			meta := tx.Bucket(bucketMeta.name)
+			clean = meta.Get(keyClosedCleanly) != nil
+			id = string(meta.Get(keyStoreID))
 			return nil
 		})
 	})
+	if err == nil && id == "" {
+		id, err = newStoreID(db)
+	}
 	if err != nil {
 		_ = db.Close()
 		return nil, &UnreadableError{Path: path, Err: err}
 	}
 	s := &Store{
 		db: db, path: path, mode: o.Sync, interval: o.BatchInterval, log: o.Logger,
-		pageSize: db.Info().PageSize, wasClean: clean, cleanMark: clean,
+		pageSize: db.Info().PageSize, wasClean: clean, cleanMark: clean, id: id,
 		pending: newBatch(), next: newRound(),
 		dirty: make(chan struct{}, 1), kick: make(chan struct{}, 1),
 		closing: make(chan struct{}), done: make(chan struct{}),
@@ -226,6 +236,25 @@ func Open(path string, opts *Options) (*Store, error) {
 	go s.run()
 	return s, nil
 }
+
+// newStoreID gives a file without one its identity. It is the one write an
+// Open may make, once in a file's life.
+func newStoreID(db *bbolt.DB) (string, error) {
+	id := rand.Text()
+	err := protect(func() error {
+		return db.Update(func(tx *bbolt.Tx) error {
+			return tx.Bucket(bucketMeta.name).Put(keyStoreID, []byte(id))
+		})
+	})
+	return id, err
+}
+
+// ID is the file's identity: random, made when the file was (or, for a
+// file from before identities, at its first Open by this version), and
+// kept for its life. A gateway whose data directory was lost starts with
+// another, which is how its cluster peers learn that it no longer has
+// the sessions it held (docs/cluster.md).
+func (s *Store) ID() string { return s.id }
 
 // openDB opens the bbolt file, turning a panic inside bbolt (some
 // corruptions make it panic rather than fail) into an *UnreadableError.

@@ -365,3 +365,27 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestStoreID: a file keeps its identity across Opens; another file, as
+// a gateway whose data directory was lost would make, has another.
+func TestStoreID(t *testing.T) {
+	dir := t.TempDir()
+	open := func(name string) string {
+		s, err := Open(filepath.Join(dir, name), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		return s.ID()
+	}
+	first := open("a.db")
+	if len(first) < 16 {
+		t.Fatalf("ID %q: too short to be unique", first)
+	}
+	if again := open("a.db"); again != first {
+		t.Fatalf("ID changed across Opens: %q, then %q", first, again)
+	}
+	if other := open("b.db"); other == first {
+		t.Fatalf("two files share the ID %q", first)
+	}
+}

@@ -63,7 +63,7 @@ func (m *mirror) put(kv *mvccpb.KeyValue, rev int64, resync bool, out []Event) [
 	case kindNode:
 		var v nodeValue
 		_ = json.Unmarshal(kv.Value, &v) // a bad value still registers the node
-		n := Node{Name: info.node, Addr: v.Addr, Version: v.Version, Epoch: v.Epoch, CreateRevision: kv.CreateRevision}
+		n := Node{Name: info.node, Addr: v.Addr, Version: v.Version, Epoch: v.Epoch, Store: v.Store, CreateRevision: kv.CreateRevision}
 		prev, had := m.nodes[info.node]
 		m.nodes[info.node] = n
 		ev.NodeInfo = n

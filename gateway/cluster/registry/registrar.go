@@ -60,8 +60,11 @@ func (r *Registry) runRegistrar() {
 		sessions: map[string]heldSession{},
 		dirtySet: map[string]struct{}{},
 	}
-	g.held[r.keys.node(r.opts.Node)] = mustJSON(nodeValue{Addr: r.opts.Addr, Version: r.opts.Version, Epoch: r.opts.Epoch})
+	g.held[r.keys.node(r.opts.Node)] = mustJSON(nodeValue{Addr: r.opts.Addr, Version: r.opts.Version, Epoch: r.opts.Epoch, Store: r.opts.Store})
 	defer g.shutdown()
+	if !g.awaitPredecessor() {
+		return
+	}
 
 	for r.ctx.Err() == nil {
 		if g.sess == nil {
@@ -109,6 +112,55 @@ func (r *Registry) runRegistrar() {
 		}
 		g.backoff = 0
 		r.health.set(sourceWriter, nil)
+	}
+}
+
+// errAwaitingPredecessor is the reason reported while awaitPredecessor
+// waits.
+var errAwaitingPredecessor = errors.New("registry: new storage: waiting for the earlier run's lease to end before registering")
+
+// predecessorPoll is how often a run waiting for its predecessor's
+// registration to end looks again.
+const predecessorPoll = 200 * time.Millisecond
+
+// awaitPredecessor waits, before the first registration, while this node
+// is registered by an earlier run that had another store (Options.Store).
+// It reports false if the registry closed meanwhile.
+func (g *registrar) awaitPredecessor() bool {
+	r := g.r
+	if r.opts.Store == "" {
+		return true
+	}
+	logged := false
+	for {
+		ctx, cancel := context.WithTimeout(r.ctx, r.opts.RequestTimeout)
+		resp, err := r.cli.Get(ctx, r.keys.node(r.opts.Node))
+		cancel()
+		if err == nil {
+			var v nodeValue
+			if len(resp.Kvs) == 0 || json.Unmarshal(resp.Kvs[0].Value, &v) != nil || v.Store == "" || v.Store == r.opts.Store {
+				if logged {
+					r.log.Info("the earlier run's registration has ended; registering")
+				}
+				return true
+			}
+			if !logged {
+				logged = true
+				r.log.Warn("this node's storage is not the one its earlier run registered (data directory lost or replaced): "+
+					"waiting for that run's lease to end, so that the line fails its sessions over from their replicas",
+					"earlier-epoch", v.Epoch, "earlier-store", v.Store, "store", r.opts.Store, "ttl", time.Duration(r.ttl)*time.Second)
+				r.health.set(sourceWriter, errAwaitingPredecessor)
+			}
+		} else if r.ctx.Err() == nil {
+			r.health.set(sourceWriter, err)
+		}
+		t := time.NewTimer(predecessorPoll)
+		select {
+		case <-t.C:
+		case <-r.ctx.Done():
+			t.Stop()
+			return false
+		}
 	}
 }
 

@@ -62,6 +62,14 @@ type Options struct {
 	// Epoch identifies this run of the process (see Node.Epoch). Default:
 	// the time New is called, in nanoseconds.
 	Epoch uint64
+	// Store identifies the node's durable storage (bolt's Store.ID), if
+	// it has any. A run that finds its node registered by an earlier run
+	// with another store (its data directory was lost or replaced, and
+	// the earlier run's lease is still live) waits for that registration
+	// to end before it registers: the other nodes then see the earlier
+	// run leave, and fail its sessions over from their replicas, rather
+	// than take this run, which has none of them, for it.
+	Store string
 	// TTL is the lease's time to live: how long after this node stops
 	// refreshing it (a crash, a partition) its keys vanish. Rounded up to
 	// whole seconds; etcd raises it to at least 1.5 election timeouts.
@@ -252,6 +260,9 @@ func (r *Registry) Close() error {
 
 // Node returns this node's name.
 func (r *Registry) Node() string { return r.opts.Node }
+
+// Store returns the identity of this node's storage (Options.Store).
+func (r *Registry) Store() string { return r.opts.Store }
 
 // Epoch returns this run's epoch (Options.Epoch).
 func (r *Registry) Epoch() uint64 { return r.opts.Epoch }

@@ -463,3 +463,72 @@ func TestLongKeysSplitTransactions(t *testing.T) {
 		t.Fatalf("stats %+v: want several transactions and no errors", st)
 	}
 }
+
+// TestNewStoreWaitsForPredecessor: a run whose store is not the one its
+// node's live registration names (the data directory was lost) registers
+// only once that registration's lease has ended, so that the others see
+// the earlier run leave; a run with the same store, or none, takes the
+// registration over at once.
+func TestNewStoreWaitsForPredecessor(t *testing.T) {
+	cli := shared.Client(t)
+	prefix := etcdtest.Prefix(t)
+	crashed := func(name, store string) clientv3.LeaseID {
+		// What a run that died leaves: its node key, under a live lease.
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		grant, err := cli.Grant(ctx, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := fmt.Sprintf(`{"addr":"%s:7946","epoch":1,"store":%q}`, name, store)
+		if _, err := cli.Put(ctx, prefix+"nodes/"+name, v, clientv3.WithLease(grant.ID)); err != nil {
+			t.Fatal(err)
+		}
+		return grant.ID
+	}
+	obs := start(t, cli, "obs", func(o *registry.Options) { o.Prefix = prefix })
+
+	// Same store: registers over the earlier run at once.
+	crashed("same", "s1")
+	start(t, cli, "same", func(o *registry.Options) { o.Prefix, o.Store = prefix, "s1" })
+
+	// Another store: waits, saying why, until the earlier lease ends.
+	lease := crashed("blank", "s1")
+	eventually(t, "the observer to see the earlier run", func() bool { info, ok := obs.NodeInfo("blank"); return ok && info.Store == "s1" })
+	mark := obs.mark()
+	r, err := registry.New(registry.Options{Client: cli, Node: "blank", Prefix: prefix, Addr: "blank:7946", Store: "s2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new run to say it waits", func() bool {
+		_, err := r.State()
+		return err != nil && strings.Contains(err.Error(), "earlier run's lease")
+	})
+	select {
+	case <-r.Ready():
+		t.Fatal("registered over an earlier run with another store")
+	default:
+	}
+	if _, err := cli.Revoke(context.Background(), lease); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.Ready():
+	case <-time.After(waitFor):
+		t.Fatal("not registered after the earlier run's lease ended")
+	}
+	eventually(t, "the observer to see the new run", func() bool { info, ok := obs.NodeInfo("blank"); return ok && info.Store == "s2" })
+	var kinds []registry.EventKind
+	for _, ev := range obs.since(mark) {
+		if ev.Node == "blank" {
+			kinds = append(kinds, ev.Kind)
+		}
+	}
+	if !slices.Equal(kinds, []registry.EventKind{registry.NodeLeft, registry.NodeJoined}) {
+		t.Fatalf("the observer saw %v of node blank, want NodeLeft then NodeJoined", kinds)
+	}
+}

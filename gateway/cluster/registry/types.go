@@ -16,6 +16,9 @@ type Node struct {
 	// node, whose sessions and streams are gone, from one that merely
 	// reconnected to etcd.
 	Epoch uint64
+	// Store is the identity of the node's durable storage (Options.Store):
+	// a run with another than its predecessor's lost what that one held.
+	Store string
 	// CreateRevision is the etcd revision that created the key: it
 	// changes when the node registers anew after its lease was lost.
 	CreateRevision int64
@@ -206,6 +209,7 @@ type (
 		Addr    string `json:"addr"`
 		Version string `json:"version,omitempty"`
 		Epoch   uint64 `json:"epoch"`
+		Store   string `json:"store,omitempty"`
 	}
 	memberValue struct {
 		QoS   byte      `json:"qos"`
