@@ -71,7 +71,7 @@ fuzz:
 ## killed with its data directory deleted, then a blank replacement). Prints each
 ## seed's schedule, figures and invariants; fails if any run violated one.
 ## Reproduce a failing seed with make chaos SEED=N RUNS=1. make test runs a
-## fixed set of two seeds (internal/chaos TestFaultSuite) and a node cut off
+## fixed set of three seeds (internal/chaos TestFaultSuite) and a node cut off
 ## for 20 s (TestOrdinarySubscribersCutOff).
 SEED           ?= 1
 RUNS           ?= 20

@@ -49,6 +49,14 @@ type clusterResult struct {
 	crossed     float64 // share of deliveries whose member is on another node than their publisher
 	cpuS        float64 // the brokers' CPU time over the run, all processes
 	shareLo, hi float64 // each member's count against an even split
+	wrote       []uint64      // bytes each process wrote over the run
+	p50, p99    time.Duration // PUBACK latency, one publish at a time (loadOptions.latency)
+}
+
+// loadOptions vary the cluster load.
+type loadOptions struct {
+	expiry  uint32 // the members' Session Expiry: above 0, every delivery is stored
+	latency int    // after the run, this many publishes one at a time from node 1, timed
 }
 
 // startCluster starts three linemq processes forming one cluster, each with
@@ -158,7 +166,7 @@ func waitListening(addr string, within time.Duration) {
 
 // runClusterLoad runs the load against brokers (one or three): publishers
 // and members spread evenly over them, as many in all either way.
-func runClusterLoad(bs []*broker, duration time.Duration) (*clusterResult, error) {
+func runClusterLoad(bs []*broker, duration time.Duration, o loadOptions) (*clusterResult, error) {
 	nPubs, nWorkers := clusterNodes*clusterPubs, clusterNodes*clusterWorkers
 	seen := make([][]atomic.Uint64, nPubs)
 	for i := range seen {
@@ -167,7 +175,7 @@ func runClusterLoad(bs []*broker, duration time.Duration) (*clusterResult, error
 	var workers []*loadWorker
 	for i := range nWorkers {
 		node := i % len(bs)
-		c, err := dialLoad(bs[node].addr, fmt.Sprintf("lmqc-w%d", i), 1000)
+		c, err := dialLoadSession(bs[node].addr, fmt.Sprintf("lmqc-w%d", i), 1000, o.expiry)
 		if err != nil {
 			return nil, err
 		}
@@ -224,11 +232,24 @@ func runClusterLoad(bs []*broker, duration time.Duration) (*clusterResult, error
 	base := sumAcked(pubs)
 
 	cpu0 := cpuOf(bs)
+	wrote0 := make([]uint64, len(bs))
+	for i, b := range bs {
+		wrote0[i] = writeBytes(b.pid())
+	}
 	start, publishing := publishAndDrain(pubs, workers, base, duration)
 	acked := sumAcked(pubs) - base
 	cpu1 := cpuOf(bs)
 
 	r := &clusterResult{acked: acked, cpuS: cpu1 - cpu0}
+	for i, b := range bs {
+		r.wrote = append(r.wrote, writeBytes(b.pid())-wrote0[i])
+	}
+	if o.latency > 0 {
+		var err error
+		if r.p50, r.p99, err = pubackLatency(bs[0].addr, o.latency); err != nil {
+			return nil, err
+		}
+	}
 	var distinct, crossed, last int64
 	counts := make([]float64, len(workers))
 	for i, w := range workers {
@@ -565,7 +586,7 @@ func runCluster(linemqBin string, reps int, duration time.Duration) clusterRow {
 			} else {
 				bs = []*broker{startBroker("linemq", linemqBin, "")}
 			}
-			res, err := runClusterLoad(bs, duration)
+			res, err := runClusterLoad(bs, duration, loadOptions{})
 			stopAll(bs)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "cluster fan-in %s rep %d: %v\n", label, i, err)

@@ -134,32 +134,46 @@ func runForwardLoad(bs []*broker, duration time.Duration, clean bool) (*forwardR
 		r.diskPerMsg = float64(wrote) / float64(distinct)
 	}
 
-	// PUBACK latency, one publish at a time, on a publisher of its own.
-	lc, err := dialLoad(bs[0].addr, "lmqc-latency", 0)
+	r.p50, r.p99, err = pubackLatency(bs[0].addr, forwardLatencyCount)
 	if err != nil {
 		return nil, err
 	}
+	return r, nil
+}
+
+// pubackLatency publishes count QoS 1 messages to addr one at a time, on a
+// publisher of its own, and returns the median and 99th percentile of the
+// time to each PUBACK. The payloads carry a publisher tag no load worker
+// counts.
+func pubackLatency(addr string, count int) (p50, p99 time.Duration, err error) {
+	lc, err := dialLoad(addr, "lmqc-latency", 0)
+	if err != nil {
+		return 0, 0, err
+	}
 	defer lc.nc.Close()
 	pk := packet.Publish{Topic: []byte("plant/line0/latency/telemetry"), QoS: 1, Payload: make([]byte, clusterPayload)}
-	lats := make([]time.Duration, 0, forwardLatencyCount)
-	for n := range forwardLatencyCount {
-		binary.BigEndian.PutUint64(pk.Payload, uint64(clusterPubs)<<40|uint64(n))
+	lats := make([]time.Duration, 0, count)
+	for n := range count {
+		binary.BigEndian.PutUint64(pk.Payload, uint64(latencyTag)<<40|uint64(n))
 		pk.PacketID = uint16(n%65535 + 1)
 		t0 := time.Now()
 		if err := lc.write(pk.Append(nil, packet.V5)); err != nil {
-			return nil, err
+			return 0, 0, err
 		}
 		lc.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
 		h, _, err := lc.next()
 		if err != nil || h.Type != packet.PUBACK {
-			return nil, fmt.Errorf("latency: no PUBACK: %v", err)
+			return 0, 0, fmt.Errorf("latency: no PUBACK: %v", err)
 		}
 		lats = append(lats, time.Since(t0))
 	}
 	slices.Sort(lats)
-	r.p50, r.p99 = lats[len(lats)/2], lats[len(lats)*99/100]
-	return r, nil
+	return lats[len(lats)/2], lats[len(lats)*99/100], nil
 }
+
+// latencyTag is the publisher tag of pubackLatency's payloads: beyond
+// every load's publishers, so the workers count none of them.
+const latencyTag = 1 << 20
 
 const (
 	forwardsBegin = "<!-- bench-compare-forwards:begin -->"

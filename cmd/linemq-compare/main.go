@@ -10,8 +10,10 @@
 // ratio linemq/Mosquitto of the medians are reported.
 //
 // Then the three-node fan-in (cluster.go): three linemq processes forming
-// one cluster next to a single linemq under the same load, written to a
-// section of its own; -only cluster runs just that part.
+// one cluster next to a single linemq under the same load, and the same
+// three nodes with persistent members and cluster.replicas 0 and 1
+// (replicas.go), each written to a section of its own; -only cluster and
+// -only replicas run just that part.
 package main
 
 import (
@@ -41,7 +43,7 @@ func main() {
 	conns := flag.Int("conns", 10000, "idle connections for the memory scenario (0 skips it)")
 	conns2 := flag.Int("conns-large", 19000, "a second, larger idle-connection count (0 skips it)")
 	out := flag.String("out", "docs/benchmarks.md", "file whose generated sections are replaced")
-	only := flag.String("only", "", "run one part only: \"cluster\" (the three-node fan-in) or \"forwards\" (QoS 1 to an ordinary subscriber on another node, kept or best effort); no Mosquitto needed")
+	only := flag.String("only", "", "run one part only: \"cluster\" (the three-node fan-in), \"forwards\" (QoS 1 to an ordinary subscriber on another node, kept or best effort) or \"replicas\" (the fan-in to persistent members with cluster.replicas 0 and 1); no Mosquitto needed")
 	flag.Parse()
 
 	switch *only {
@@ -58,8 +60,14 @@ func main() {
 			fatal(err)
 		}
 		return
+	case "replicas":
+		row := runReplicas(*linemqBin, *reps, *duration)
+		if err := writeReplicasDoc(*out, row, *reps, *duration); err != nil {
+			fatal(err)
+		}
+		return
 	default:
-		fmt.Fprintf(os.Stderr, "linemq-compare: -only %q: the parts are \"cluster\" and \"forwards\"\n", *only)
+		fmt.Fprintf(os.Stderr, "linemq-compare: -only %q: the parts are \"cluster\", \"forwards\" and \"replicas\"\n", *only)
 		os.Exit(2)
 	}
 	if _, err := exec.LookPath(*mosquittoBin); err != nil {
@@ -141,6 +149,9 @@ func main() {
 		os.Exit(1)
 	}
 	if err := writeClusterDoc(*out, runCluster(*linemqBin, *reps, *duration), *reps, *duration); err != nil {
+		fatal(err)
+	}
+	if err := writeReplicasDoc(*out, runReplicas(*linemqBin, *reps, *duration), *reps, *duration); err != nil {
 		fatal(err)
 	}
 }

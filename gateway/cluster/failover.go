@@ -11,6 +11,7 @@ import (
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/gateway/cluster/registry"
+	"github.com/linemq/linemq/gateway/peer"
 )
 
 // Replicas of persistent sessions, the holder's side, and fail-over. A
@@ -402,6 +403,12 @@ func (h *held) settled(origin, store string) bool {
 // settlePoll is how often awaitPeers asks again.
 const settlePoll = 100 * time.Millisecond
 
+// settleReach is how long awaitPeers waits for a registered node it has
+// no stream to yet: streams come up within milliseconds of both ends
+// being registered, so one still missing after this is taken for down
+// (it cannot be failing anything over).
+const settleReach = 5 * time.Second
+
 // awaitPeers asks every other node until each has said it is done with
 // this node's earlier run, or cannot be reached, then clears predecessor.
 // It gives up after failoverFallback, as the fail-over itself does.
@@ -409,7 +416,8 @@ func (h *held) awaitPeers(ctx context.Context) {
 	n := h.n
 	defer h.predecessor.Store(false)
 	store := []byte(n.reg.Store())
-	deadline := time.Now().Add(failoverFallback)
+	start := time.Now()
+	deadline := start.Add(failoverFallback)
 	for time.Now().Before(deadline) {
 		waiting := 0
 		for _, p := range n.reg.Nodes() {
@@ -419,8 +427,11 @@ func (h *held) awaitPeers(ctx context.Context) {
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
 			ans, err := n.call(cctx, p.Name, callSettled, store)
 			cancel()
-			if err == nil && len(ans) == 1 && ans[0] == 0 {
-				waiting++
+			switch {
+			case err == nil && len(ans) == 1 && ans[0] == 0:
+				waiting++ // not done yet
+			case (errors.Is(err, peer.ErrUnavailable) || errors.Is(err, peer.ErrUnknownPeer)) && time.Since(start) < settleReach:
+				waiting++ // no stream to it yet
 			}
 		}
 		if waiting == 0 {

@@ -184,12 +184,14 @@ func TestCheckEverySubscriber(t *testing.T) {
 	}
 }
 
-// The fixed set: two seeds against real processes (a share-group member
+// The fixed set: three seeds against real processes (a share-group member
 // and a persistent ordinary subscriber on every node), each a fault
 // schedule of 25 s. Seed 1 plays a node frozen 11.6 s, an abrupt move, two kills;
 // seed 36 a node cut off 11.8 s whose subscriber moves away abruptly, a
 // move, and the etcd leader killed (partition only where namespaces
-// work). The freeze and the cut outlast the 10 s lease of a
+// work); seed 5 a move, a node's data directory deleted and a blank
+// replacement joining 2.9 s later (its sessions failed over from their
+// replicas), then three kills. The freeze and the cut outlast the 10 s lease of a
 // node's registrations, after which another node takes a session up while
 // the old connection is still open: the case of invariant 2.
 //
@@ -207,6 +209,7 @@ var fixedSet = []struct {
 }{
 	{1, []FaultKind{Kill, Stop, Move}, ""},
 	{36, []FaultKind{Partition, Move, Leader}, ""},
+	{5, []FaultKind{Wipe, Kill, Move}, ""},
 }
 
 // testHolds keep the fixed set near 45 s a seed under the race detector

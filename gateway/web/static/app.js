@@ -308,7 +308,8 @@
               fmtInt(c.replicas.adopted) + " adopted from gone gateways" },
             fmtInt(c.replicas.sessions) + " sessions × " + c.replicas.count +
             (c.replicas.below_count ? " · " + fmtInt(c.replicas.below_count) + " below their replica count" : " · all in step") +
-            " · keeping " + fmtInt(c.replicas.held_sessions) + " for others")] : []),
+            " · keeping " + fmtInt(c.replicas.held_sessions) + " for others" +
+            (c.replicas.failing_over ? " · adopting the sessions of " + fmtInt(c.replicas.failing_over) + " gone gateway(s)" : ""))] : []),
         // What this gateway keeps for another one's subscribers while it
         // is away: nothing, normally.
         ...(c.forwards || []).filter((f) => f.queued || f.dropped || f.expired).flatMap((f) => [
