@@ -46,9 +46,9 @@ type clusterResult struct {
 	delivered   int64   // distinct deliveries
 	acked       int64
 	lost, dups  int64
-	crossed     float64 // share of deliveries whose member is on another node than their publisher
-	cpuS        float64 // the brokers' CPU time over the run, all processes
-	shareLo, hi float64 // each member's count against an even split
+	crossed     float64       // share of deliveries whose member is on another node than their publisher
+	cpuS        float64       // the brokers' CPU time over the run, all processes
+	shareLo, hi float64       // each member's count against an even split
 	wrote       []uint64      // bytes each process wrote over the run
 	p50, p99    time.Duration // PUBACK latency, one publish at a time (loadOptions.latency)
 }
