@@ -133,7 +133,7 @@ type ClusterInbound interface {
 	// serve the replicas of persistent sessions (replica.go).
 	ReplicaSnapshot(clientID string, f func(st *SessionState)) bool
 	AdoptReplica(st *SessionState, disconnected time.Time) error
-	DropReplicated(clientID string, upTo uint64)
+	DropReplicated(clientID string, upTo uint64, owner string)
 	NodeFailedOver(node string)
 }
 

@@ -354,10 +354,10 @@ func (srv *Server) Drop(clientID string) {
 // is set: they go to the other members first (settle).
 func (srv *Server) discard(sess *session, settleAdopted bool) {
 	if !settleAdopted {
-		srv.discardAbove(sess, ^uint64(0))
+		srv.discardAbove(sess, ^uint64(0), "")
 		return
 	}
-	srv.discardAbove(sess, sess.adoptedSeq())
+	srv.discardAbove(sess, sess.adoptedSeq(), "")
 }
 
 // adoptedSeq is the seq of the last message of the state the session was
@@ -369,8 +369,10 @@ func (sess *session) adoptedSeq() uint64 {
 }
 
 // discardAbove is discard, settling the undelivered messages with a seq
-// after upTo.
-func (srv *Server) discardAbove(sess *session, upTo uint64) {
+// after upTo: share-group ones go to the group's other members, and, when
+// to names the node that holds the session now, ordinary ones go there,
+// to the session, with DUP (kept in to's outbox until it has them).
+func (srv *Server) discardAbove(sess *session, upTo uint64, to string) {
 	sess.mu.Lock()
 	if sess.ended {
 		sess.mu.Unlock()
@@ -380,15 +382,43 @@ func (srv *Server) discardAbove(sess *session, upTo uint64) {
 	sess.mu.Unlock()
 	srv.letGo(sess, "")
 	sess.mu.Lock()
-	var since []delivery
+	var since, owed []delivery
 	if upTo != ^uint64(0) {
 		since = slices.DeleteFunc(sess.takeUndelivered(nil), func(d delivery) bool { return d.seq <= upTo })
+		if to != "" {
+			owed = sess.owedLocked(since, upTo)
+		}
 	}
 	sess.queue.reset()
 	clear(sess.inflight)
 	sess.releaseWaitersLocked(true)
 	sess.mu.Unlock()
+	for _, d := range owed {
+		// Written before the session's records are deleted (the Store
+		// applies writes in order), so a crash keeps one or the other.
+		srv.forwardDurable(to, sess.id, d.msg.dupCopy(), nil)
+	}
 	srv.settle(sess, since, func() { srv.deleteStored(sess) })
+}
+
+// owedLocked returns, of since (the undelivered messages after upTo, as
+// takeUndelivered gives them) and of the QoS 2 ones still in flight that
+// the client has not acknowledged with PUBREC, those of ordinary
+// subscriptions, in seq order: what the session's new owner must get.
+func (s *session) owedLocked(since []delivery, upTo uint64) []delivery {
+	var out []delivery
+	for _, d := range since {
+		if d.group == nil && d.feed == nil && d.qos > 0 {
+			out = append(out, d)
+		}
+	}
+	for _, d := range s.inflight {
+		if d.group == nil && d.qos == 2 && !d.released && d.seq > upTo {
+			out = append(out, d)
+		}
+	}
+	slices.SortFunc(out, func(a, b delivery) int { return cmp.Compare(a.seq, b.seq) })
+	return out
 }
 
 // letGo detaches a session that lives on elsewhere (handed over to node

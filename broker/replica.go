@@ -104,13 +104,14 @@ func (srv *Server) AdoptReplica(st *SessionState, disconnected time.Time) error 
 }
 
 // DropReplicated lets go of a session whose copy the line has adopted on
-// another node from a replica, while this node was taken for dead (cut off
+// node owner from a replica, while this node was taken for dead (cut off
 // from the others for longer than its lease). Its connection is closed
 // (0x8E) and its records go. Its messages up to seq upTo are in the
-// adopted copy and go with it; share-group messages after it (queued here
-// while the replica could not be reached) go to the group's other members,
-// so that nothing acknowledged here is lost with the copy.
-func (srv *Server) DropReplicated(clientID string, upTo uint64) {
+// adopted copy and go with it; those after it (queued here while the
+// replica could not be reached) are handed on, so that nothing
+// acknowledged here is lost with the copy: share-group messages to the
+// group's other members, ordinary ones to the session on owner, with DUP.
+func (srv *Server) DropReplicated(clientID string, upTo uint64, owner string) {
 	srv.mu.Lock()
 	sess := srv.sessions[clientID]
 	if sess != nil {
@@ -118,7 +119,7 @@ func (srv *Server) DropReplicated(clientID string, upTo uint64) {
 	}
 	srv.mu.Unlock()
 	if sess != nil {
-		srv.discardAbove(sess, upTo)
+		srv.discardAbove(sess, upTo, owner)
 	}
 }
 

@@ -408,7 +408,7 @@ func (n *Node) Reconcile(ctx context.Context) {
 			// Adopted from its replica while this node was gone: that
 			// copy has everything this one had acknowledged.
 			n.log.Info("letting go of a restored session the line adopted from its replica", "client", c.ClientID, "owner", o.Node, "queued", c.Queued)
-			n.srv.DropReplicated(c.ClientID, math.MaxUint64)
+			n.srv.DropReplicated(c.ClientID, math.MaxUint64, o.Node)
 		case owned && o.Node != n.self:
 			n.log.Info("letting go of a restored session another node owns now", "client", c.ClientID, "owner", o.Node, "queued", c.Queued)
 			n.srv.Evict(c.ClientID)
@@ -631,7 +631,7 @@ func (n *Node) HandleEvent(ev registry.Event) {
 			// Adopted from its replica while this node was taken for
 			// dead: what the replica has goes with that copy, and only
 			// what this node took alone is handed on.
-			n.srv.DropReplicated(ev.Client, n.repl.replicated(ev.Client))
+			n.srv.DropReplicated(ev.Client, n.repl.replicated(ev.Client), ev.Owner.Node)
 			break
 		}
 		n.srv.Evict(ev.Client) // another node took the client over

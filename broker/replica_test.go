@@ -1,0 +1,83 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/broker/brokertest"
+	"github.com/linemq/linemq/broker/packet"
+)
+
+// TestDropReplicatedHandsOrdinaryOnToTheOwner: node 1 was cut off past its
+// lease with an offline persistent subscriber's session, and went on
+// acknowledging what its own publisher sent it while the replica could not
+// be reached; node 2 adopted the session from the replica, which has the
+// first 6 of 10 messages. When node 1 learns it lost the session, the 4
+// only it had go to the session on node 2 (with DUP), so the client, which
+// resumes there, gets all 10 (fault-suite seed 2 lost 168 so).
+func TestDropReplicatedHandsOrdinaryOnToTheOwner(t *testing.T) {
+	// Writes accepted and forgotten: a session is persistent (stored)
+	// only with a Store, and only the broker's side is tested here.
+	_, s := startClusterOpts(t, 2, broker.Options{Store: discardStore{}})
+	sub := windowSub(t, s[0].Addr, "hist", "line/#", 100, 300)
+	sub.Send((&packet.Disconnect{}).Append(nil, packet.V5))
+	sub.ExpectClosed()
+	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
+	for i := range 6 {
+		if rc := pubAck(t, pub, uint16(i+1), "line/1", fmt.Sprint(i)); rc != packet.Success {
+			t.Fatal(rc)
+		}
+	}
+	var replica *broker.SessionState
+	if !s[0].ReplicaSnapshot("hist", func(st *broker.SessionState) { replica = st }) {
+		t.Fatal("no snapshot of hist on node 1")
+	}
+	if len(replica.Messages) != 6 {
+		t.Fatalf("the replica has %d messages, want 6", len(replica.Messages))
+	}
+	upTo := replica.Messages[len(replica.Messages)-1].Seq
+	for i := 6; i < 10; i++ { // the replica is out of reach now
+		if rc := pubAck(t, pub, uint16(i+1), "line/1", fmt.Sprint(i)); rc != packet.Success {
+			t.Fatal(rc)
+		}
+	}
+	if err := s[1].AdoptReplica(replica, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	s[0].DropReplicated("hist", upTo, "n2")
+
+	back, ca := brokertest.Connect(t, s[1].Addr, withExpiry(rawV5("hist", false), 300))
+	if !ca.SessionPresent {
+		t.Fatal("hist resumed on node 2 with Session Present 0")
+	}
+	got := map[string]bool{}
+	for len(got) < 10 {
+		p := nextPayload(back, 5*time.Second)
+		if p == "" {
+			t.Fatalf("hist has %d of the 10 acknowledged messages: %v", len(got), got)
+		}
+		got[p] = true
+	}
+	if n := s[0].Stats().Subscriptions; n != 0 {
+		t.Errorf("node 1 still routes %d subscriptions of the session it let go", n)
+	}
+}
+
+// discardStore accepts every write and keeps nothing.
+type discardStore struct{}
+
+func (discardStore) Load(context.Context) (*broker.Snapshot, error) { return &broker.Snapshot{}, nil }
+func (discardStore) SaveSession(*broker.SessionRecord) error        { return nil }
+func (discardStore) DeleteSession(string) error                     { return nil }
+func (discardStore) SaveSubscription(string, broker.SubscriptionRecord) error {
+	return nil
+}
+func (discardStore) DeleteSubscription(string, string) error         { return nil }
+func (discardStore) SaveMessage(string, *broker.MessageRecord) error { return nil }
+func (discardStore) DeleteMessage(string, uint64) error              { return nil }
+func (discardStore) SetInbound(string, uint16, bool) error           { return nil }
+func (discardStore) SaveRetained(*broker.Message) error              { return nil }
+func (discardStore) Sync(context.Context) error                      { return nil }
