@@ -106,13 +106,14 @@ func (c *cluster) replace(ctx context.Context, i int) error {
 var replacedRE = regexp.MustCompile(`-etcd-initial-cluster (\S+) -etcd-initial-cluster-state existing`)
 
 // settled waits, at most d, until the line is at rest after a fault:
-// on every serving node no fail-over is under way, every persistent
-// session has its replicas in step, and nothing is kept for another node.
-// Only from there does the loss of one node's storage lose nothing (what a
-// node keeps for another that is away, and what a session acknowledged
-// while its replica was unreachable, are on that node's disk alone). It
-// returns what was not settled yet, "" once everything was.
-func (c *cluster) settled(ctx context.Context, d time.Duration) string {
+// on every serving node no fail-over is under way and every persistent
+// session has its replicas in step, and, with forwards, nothing is kept
+// for another node. Only from there is a fault one failure rather than
+// two: a session adopted a moment ago has no replica yet, and what a node
+// keeps for another that is away (or a session acknowledged while its
+// replica was unreachable) is on that node's disk alone. It returns what
+// was not settled yet, "" once everything was.
+func (c *cluster) settled(ctx context.Context, d time.Duration, forwards bool) string {
 	var why string
 	waitFor(ctx, d, func() bool {
 		why = ""
@@ -148,6 +149,9 @@ func (c *cluster) settled(ctx context.Context, d time.Duration) string {
 				return false
 			}
 			for _, f := range st.Forwards {
+				if !forwards {
+					break
+				}
 				// Under load a few are always on their way, answered
 				// within milliseconds: a backlog is what is older.
 				if f.Queued > 0 && f.OldestMs >= 500 {

@@ -325,6 +325,13 @@ type faulter struct {
 // most one node is lost at a time.
 func (f *faulter) run(ctx context.Context, ft *Fault, origin time.Time) error {
 	ft.Victim = ft.Node
+	// The promises are about one failure at a time: the one before must
+	// be over everywhere first (its fail-over done, every session's
+	// replicas in step again; before a wipe, nothing kept for another
+	// node either).
+	if why := f.cl.settled(ctx, settleBound, ft.Kind == Wipe); why != "" {
+		ft.Note = fmt.Sprintf("line not at rest after %v (%s); ", settleBound, why)
+	}
 	switch ft.Kind {
 	case Leader:
 		n, err := f.cl.leader(ctx)
@@ -352,14 +359,8 @@ func (f *faulter) run(ctx context.Context, ft *Fault, origin time.Time) error {
 		if err != nil {
 			return err
 		}
-		ft.Note = fmt.Sprintf("n%d killed, ready again", ft.Victim+1)
+		ft.Note += fmt.Sprintf("n%d killed, ready again", ft.Victim+1)
 	case Wipe:
-		// The promise is about one node lost from a line at rest: wait
-		// for the one before to be over everywhere first.
-		if why := f.cl.settled(ctx, settleBound); why != "" {
-			ft.Note = fmt.Sprintf("line not at rest after %v (%s); ", settleBound, why)
-		}
-		ft.Start = time.Now()
 		u := f.rec.outageStart(ft.Victim, Wipe, time.Now())
 		f.cl.kill(ft.Victim)
 		if err := os.RemoveAll(f.cl.dataDir(ft.Victim)); err != nil {
@@ -389,7 +390,7 @@ func (f *faulter) run(ctx context.Context, ft *Fault, origin time.Time) error {
 		if err != nil {
 			return err
 		}
-		ft.Note = "all three killed, ready again"
+		ft.Note += "all three killed, ready again"
 	case Stop:
 		u := f.rec.outageStart(ft.Victim, Stop, time.Now())
 		if err := f.cl.signal(ft.Victim, syscall.SIGSTOP); err != nil {
@@ -401,7 +402,7 @@ func (f *faulter) run(ctx context.Context, ft *Fault, origin time.Time) error {
 		if err != nil {
 			return err
 		}
-		ft.Note = fmt.Sprintf("n%d frozen, resumed", ft.Victim+1)
+		ft.Note += fmt.Sprintf("n%d frozen, resumed", ft.Victim+1)
 	case Partition:
 		u := f.rec.outageStart(ft.Victim, Partition, time.Now())
 		if err := f.topo.Cut(ft.Victim); err != nil {
@@ -431,9 +432,10 @@ func (f *faulter) run(ctx context.Context, ft *Fault, origin time.Time) error {
 		if err != nil {
 			return err
 		}
-		ft.Note = fmt.Sprintf("n%d cut off, healed", ft.Victim+1)
 		if len(moving) > 0 {
-			ft.Note = fmt.Sprintf("n%d cut off, its %d subscriber(s) moved abruptly to n%d, healed", ft.Victim+1, len(moving), (ft.Victim+1)%3+1)
+			ft.Note += fmt.Sprintf("n%d cut off, its %d subscriber(s) moved abruptly to n%d, healed", ft.Victim+1, len(moving), (ft.Victim+1)%3+1)
+		} else {
+			ft.Note += fmt.Sprintf("n%d cut off, healed", ft.Victim+1)
 		}
 		for _, done := range moving {
 			if !waitClosed(ctx, done, 30*time.Second) {
@@ -467,7 +469,7 @@ func (f *faulter) run(ctx context.Context, ft *Fault, origin time.Time) error {
 			}
 			notes = append(notes, note)
 		}
-		ft.Note = strings.Join(notes, ", ")
+		ft.Note += strings.Join(notes, ", ")
 		for _, done := range moving {
 			if !waitClosed(ctx, done, 30*time.Second) {
 				ft.Note += "; no CONNACK within 30s"
