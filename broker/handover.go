@@ -398,6 +398,16 @@ func (srv *Server) discardAbove(sess *session, upTo uint64, to string) {
 		// applies writes in order), so a crash keeps one or the other.
 		srv.forwardDurable(to, sess.id, d.msg.dupCopy(), nil)
 	}
+	if to != "" {
+		grouped := 0
+		for _, d := range since {
+			if d.group != nil {
+				grouped++
+			}
+		}
+		srv.log.Info("let go of a session the line adopted elsewhere from its replica",
+			"client", sess.id, "owner", to, "replicated_up_to", upTo, "handed_to_owner", len(owed), "to_group", grouped)
+	}
 	srv.settle(sess, since, func() { srv.deleteStored(sess) })
 }
 

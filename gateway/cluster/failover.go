@@ -190,6 +190,8 @@ func (o *origin) applyLocked(op *replicaOp) error {
 		return st.DeleteMessage(op.client, op.seq)
 	case opInbound:
 		return st.SetInbound(op.client, op.pid, op.pending)
+	case opKeep:
+		// Confirmed above: what this copy has of it stays.
 	case opResyncBegin:
 		o.confirmed = map[string]struct{}{}
 	case opResyncEnd:

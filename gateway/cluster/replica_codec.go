@@ -17,9 +17,11 @@ import (
 // replicaFormat is the version byte of a replica batch.
 const replicaFormat = 1
 
-// The kinds of replica op: the broker.Store write methods, and the two
-// marks that bracket a resync (every session of the owner's meant for the
-// replica, sent whole).
+// The kinds of replica op: the broker.Store write methods, the two marks
+// that bracket a resync (every session of the owner's meant for the
+// replica, sent whole), and, within one, a session kept as the replica has
+// it (opKeep: the owner could not take it whole at that instant, it being
+// installed or let go; its own writes, before and after, keep the copy).
 const (
 	opSaveSession byte = iota + 1
 	opDeleteSession
@@ -30,6 +32,7 @@ const (
 	opInbound
 	opResyncBegin
 	opResyncEnd
+	opKeep
 )
 
 // replicaOp is one Store write (or resync mark) on its way to a replica.
@@ -207,7 +210,7 @@ func decodeBatch(p []byte) (*replicaBatch, error) {
 			op.seq = d.uvarint()
 		case opInbound:
 			op.pid, op.pending = uint16(d.uvarint()), d.bool()
-		case opDeleteSession, opResyncBegin, opResyncEnd:
+		case opDeleteSession, opResyncBegin, opResyncEnd, opKeep:
 		default:
 			d.err = errBadBatch
 		}

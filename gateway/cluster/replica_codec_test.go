@@ -18,6 +18,7 @@ func replicaOps() []replicaOp {
 	return []replicaOp{
 		{kind: opResyncBegin},
 		{kind: opDeleteSession, client: "edge-7"},
+		{kind: opKeep, client: "edge-8"},
 		{kind: opSaveSession, client: "edge-7", session: &broker.SessionRecord{ClientID: "edge-7", Version: packet.V5,
 			ExpiryInterval: 3600, Disconnected: time.Unix(0, 1_700_000_001_000_000_000),
 			Will: &broker.WillRecord{Message: will, Delay: 5, Expiry: 60, HasExpiry: true}}},

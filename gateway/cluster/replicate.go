@@ -126,6 +126,7 @@ type replicaLink struct {
 	changed chan struct{}     // closed when acked moves
 	inStep  bool              // every op so far reached the replica (no gap since the last resync)
 	resync  bool              // a resync is due once the node is available
+	again   bool              // the last resync kept sessions in transition: another is due at the next poll
 	batch   uint64            // batches sent in this run
 	seqs    map[string]uint64 // per client, the last message seq the replica has durably
 	gone    bool
@@ -379,6 +380,11 @@ func (l *replicaLink) send() {
 		select {
 		case <-l.wake:
 		case <-t.C:
+			l.mu.Lock()
+			if l.again {
+				l.again, l.resync = false, true
+			}
+			l.mu.Unlock()
 		case <-l.r.stop:
 			return
 		}
@@ -552,8 +558,9 @@ func (l *replicaLink) startResync() {
 		}
 	}
 	r.mu.RUnlock()
+	kept := 0
 	for _, id := range ids {
-		snap(id, func(st *broker.SessionState) {
+		ok := snap(id, func(st *broker.SessionState) {
 			l.queue(replicaOp{kind: opDeleteSession, client: id})
 			rec := st.Session
 			rec.Subscriptions = nil
@@ -568,11 +575,24 @@ func (l *replicaLink) startResync() {
 				l.queue(replicaOp{kind: opInbound, client: id, pid: pid, pending: true})
 			}
 		})
+		if !ok {
+			// Recorded as saved, but not in the broker at this instant:
+			// being installed (a hand-over, an adoption: its records are
+			// written before it is published) or let go. Its writes are
+			// queued in order around this resync; the replica keeps what
+			// they made of it rather than forget it at the end mark, and
+			// it is sent whole at the next resync, shortly.
+			l.queue(replicaOp{kind: opKeep, client: id})
+			kept++
+		}
 	}
 	l.queue(replicaOp{kind: opResyncEnd})
 	l.mu.Lock()
 	if !l.resync {
 		l.inStep = true // unless it failed again meanwhile (then resync is set)
+	}
+	if kept > 0 {
+		l.again = true
 	}
 	l.mu.Unlock()
 	r.log.Info("sessions sent whole to their replica", "replica", l.node, "sessions", len(ids))
