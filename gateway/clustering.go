@@ -45,6 +45,9 @@ func startCluster(ctx context.Context, cfg *config.Config, dataDir, storeID, ver
 	})
 }
 
+// The replicas' stores commit each batch as it comes.
+var _ cluster.Committer = (*bolt.Store)(nil)
+
 // ReplicaDir is the directory, in the data directory, of the stores of
 // other gateways' sessions kept here: one bbolt file per gateway.
 const ReplicaDir = "replicas"

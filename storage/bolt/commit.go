@@ -224,6 +224,18 @@ func (s *Store) Sync(ctx context.Context) error {
 	return s.wait(ctx, s.mode == SyncAlways)
 }
 
+// Commit is Sync without the wait for the batch interval: the changes so
+// far are committed at once (in SyncNone mode, as Sync, nothing is
+// waited for). For a writer whose changes come already batched, such as
+// a cluster replica applying another gateway's batch, which would
+// otherwise wait for the interval on top of the sender's own.
+func (s *Store) Commit(ctx context.Context) error {
+	if s.mode == SyncNone {
+		return s.Sync(ctx)
+	}
+	return s.wait(ctx, true)
+}
+
 // flush commits everything pending now, in any mode, and waits for it.
 func (s *Store) flush(ctx context.Context) error { return s.wait(ctx, true) }
 

@@ -389,3 +389,23 @@ func TestStoreID(t *testing.T) {
 		t.Fatalf("two files share the ID %q", first)
 	}
 }
+
+// TestCommitDoesNotWaitForTheInterval: Commit commits what is pending at
+// once, where Sync waits for the batch interval (here an hour).
+func TestCommitDoesNotWaitForTheInterval(t *testing.T) {
+	s := openT(t, tempDB(t), &Options{BatchInterval: time.Hour})
+	if err := s.SaveSession(&broker.SessionRecord{ClientID: "c", ExpiryInterval: 60}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := s.Sync(ctx); err == nil {
+		t.Fatal("Sync returned before the batch interval: nothing to compare Commit with")
+	}
+	if err := s.Commit(ctxT(t)); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	if err := s.Sync(ctxT(t)); err != nil {
+		t.Fatalf("Sync after Commit: %v", err)
+	}
+}
