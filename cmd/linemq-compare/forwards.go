@@ -171,6 +171,23 @@ func pubackLatency(addr string, count int) (p50, p99 time.Duration, err error) {
 	return lats[len(lats)/2], lats[len(lats)*99/100], nil
 }
 
+// medianCell formats the median of f over rs, "-" when there is none.
+func medianCell[R any](rs []*R, f func(*R) float64, format string) string {
+	if len(rs) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf(format, medianOver(rs, f))
+}
+
+// medianOver is the median of f over rs.
+func medianOver[R any](rs []*R, f func(*R) float64) float64 {
+	v := make([]float64, 0, len(rs))
+	for _, r := range rs {
+		v = append(v, f(r))
+	}
+	return medianOf(v)
+}
+
 // latencyTag is the publisher tag of pubackLatency's payloads: beyond
 // every load's publishers, so the workers count none of them.
 const latencyTag = 1 << 20
@@ -183,16 +200,7 @@ const (
 // writeForwardsDoc replaces the forwards section of the benchmarks
 // document.
 func writeForwardsDoc(path string, row forwardRow, reps int, duration time.Duration) error {
-	med := func(rs []*forwardResult, f func(*forwardResult) float64, format string) string {
-		if len(rs) == 0 {
-			return "-"
-		}
-		var v []float64
-		for _, r := range rs {
-			v = append(v, f(r))
-		}
-		return fmt.Sprintf(format, medianOf(v))
-	}
+	med := medianCell[forwardResult]
 	sum := func(rs []*forwardResult, f func(*forwardResult) int64) (n int64) {
 		for _, r := range rs {
 			n += f(r)

@@ -78,16 +78,7 @@ const (
 // writeReplicasDoc replaces the replicas section of the benchmarks
 // document.
 func writeReplicasDoc(path string, row replicaRow, reps int, duration time.Duration) error {
-	med := func(rs []*clusterResult, f func(*clusterResult) float64, format string) string {
-		if len(rs) == 0 {
-			return "-"
-		}
-		var v []float64
-		for _, r := range rs {
-			v = append(v, f(r))
-		}
-		return fmt.Sprintf(format, medianOf(v))
-	}
+	med := medianCell[clusterResult]
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	var b bytes.Buffer
 	fmt.Fprintln(&b, replicasBegin)
@@ -106,13 +97,7 @@ func writeReplicasDoc(path string, row replicaRow, reps int, duration time.Durat
 	}
 	fmt.Fprintln(&b, " ratio |")
 	fmt.Fprintln(&b, "|---"+strings.Repeat("|---", len(replicaModes)+1)+"|")
-	medOf := func(rs []*clusterResult, f func(*clusterResult) float64) float64 {
-		var v []float64
-		for _, r := range rs {
-			v = append(v, f(r))
-		}
-		return medianOf(v)
-	}
+	medOf := medianOver[clusterResult]
 	line := func(name, format string, f func(*clusterResult) float64) {
 		fmt.Fprintf(&b, "| %s |", name)
 		for _, rs := range row {
