@@ -45,7 +45,8 @@ func startCluster(ctx context.Context, cfg *config.Config, dataDir, storeID, ver
 	})
 }
 
-// The replicas' stores commit each batch as it comes.
+// The replicas' stores commit a small batch at once, not at their next
+// batch interval (cluster.Committer).
 var _ cluster.Committer = (*bolt.Store)(nil)
 
 // ReplicaDir is the directory, in the data directory, of the stores of

@@ -93,12 +93,8 @@ type departure struct {
 // back reports whether origin, failing over, is registered again with the
 // store it left with: it has its sessions, and the fail-over is moot.
 func (h *held) back(origin, store string) bool {
-	for _, p := range h.n.reg.Nodes() {
-		if p.Name == origin {
-			return store == "" || p.Store == store
-		}
-	}
-	return false
+	info, ok := h.n.reg.NodeInfo(origin)
+	return ok && (store == "" || info.Store == store)
 }
 
 // get returns origin name's store, opening it on first use.
@@ -149,6 +145,8 @@ func (h *held) apply(from string, b []byte) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.failing {
+		// Checked again under o.mu: adopt marks the store while holding
+		// it, so no batch lands after adopt has read the store.
 		return errFailingOver
 	}
 	if bt.run == o.run && bt.seq <= o.applied {
@@ -411,8 +409,8 @@ func (h *held) pending() bool {
 // store), and so every change before it, its predecessor's leaving
 // included, and is not failing that one over.
 func (h *held) settled(origin, store string) bool {
-	seen := slices.ContainsFunc(h.n.reg.Nodes(), func(p registry.Node) bool { return p.Name == origin && p.Store == store })
-	return seen && !h.failing(origin)
+	info, ok := h.n.reg.NodeInfo(origin)
+	return ok && info.Store == store && !h.failing(origin)
 }
 
 // settlePoll is how often awaitPeers asks again.

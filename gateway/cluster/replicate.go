@@ -35,7 +35,8 @@ import (
 // forgets the sessions of this node that the resync did not mention.
 
 // ReplicaStore is a store of the sessions a node keeps for another node.
-// One that is also a Committer commits each batch at once.
+// One that is also a Committer commits a small batch at once (see
+// commitNowOps).
 type ReplicaStore interface {
 	broker.Store
 	Close() error
@@ -603,7 +604,7 @@ func (l *replicaLink) startResync() {
 		l.again = true
 	}
 	l.mu.Unlock()
-	r.log.Info("sessions sent whole to their replica", "replica", l.node, "sessions", len(ids))
+	r.log.Info("sessions sent whole to their replica", "replica", l.node, "sessions", len(ids)-kept, "kept_in_transition", kept)
 }
 
 // opSize estimates an op's bytes in a batch.

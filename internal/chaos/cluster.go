@@ -149,12 +149,9 @@ func (c *cluster) settled(ctx context.Context, d time.Duration, forwards bool) s
 				return false
 			}
 			for _, f := range st.Forwards {
-				if !forwards {
-					break
-				}
 				// Under load a few are always on their way, answered
 				// within milliseconds: a backlog is what is older.
-				if f.Queued > 0 && f.OldestMs >= 500 {
+				if forwards && f.Queued > 0 && f.OldestMs >= 500 {
 					why = fmt.Sprintf("n%d: %d message(s) kept for %s", i+1, f.Queued, f.Node)
 					return false
 				}

@@ -308,7 +308,7 @@ func waitFor(ctx context.Context, d time.Duration, cond func() bool) bool {
 	return true
 }
 
-// settleBound bounds the wait for the line to be at rest before a wipe.
+// settleBound bounds the wait for the line to be at rest before a fault.
 const settleBound = 60 * time.Second
 
 // faulter plays faults.
@@ -350,30 +350,24 @@ func (f *faulter) run(ctx context.Context, ft *Fault, origin time.Time) error {
 	ft.Start = time.Now()
 	f.logf("fault at %.1fs: %s (victim n%d)", ft.Start.Sub(origin).Seconds(), ft.Describe(), ft.Victim+1)
 	switch ft.Kind {
-	case Kill, Leader:
+	case Kill, Leader, Wipe:
 		u := f.rec.outageStart(ft.Victim, ft.Kind, time.Now())
 		f.cl.kill(ft.Victim)
+		back, note := f.cl.restart, "n%d killed, ready again"
+		if ft.Kind == Wipe {
+			if err := os.RemoveAll(f.cl.dataDir(ft.Victim)); err != nil {
+				f.rec.outageEnd(u, time.Now())
+				return err
+			}
+			back, note = f.cl.replace, "n%d killed and its data directory deleted; a blank replacement joined, ready"
+		}
 		sleep(ctx, ft.Hold)
-		err := f.cl.restart(ctx, ft.Victim)
+		err := back(ctx, ft.Victim)
 		f.rec.outageEnd(u, time.Now())
 		if err != nil {
 			return err
 		}
-		ft.Note += fmt.Sprintf("n%d killed, ready again", ft.Victim+1)
-	case Wipe:
-		u := f.rec.outageStart(ft.Victim, Wipe, time.Now())
-		f.cl.kill(ft.Victim)
-		if err := os.RemoveAll(f.cl.dataDir(ft.Victim)); err != nil {
-			f.rec.outageEnd(u, time.Now())
-			return err
-		}
-		sleep(ctx, ft.Hold)
-		err := f.cl.replace(ctx, ft.Victim)
-		f.rec.outageEnd(u, time.Now())
-		if err != nil {
-			return err
-		}
-		ft.Note += fmt.Sprintf("n%d killed and its data directory deleted; a blank replacement joined, ready", ft.Victim+1)
+		ft.Note += fmt.Sprintf(note, ft.Victim+1)
 	case Line:
 		var us [3]int
 		for i := range 3 {

@@ -233,7 +233,7 @@ func (s *Store) Commit(ctx context.Context) error {
 	if s.mode == SyncNone {
 		return s.Sync(ctx)
 	}
-	return s.wait(ctx, true)
+	return s.flush(ctx)
 }
 
 // flush commits everything pending now, in any mode, and waits for it.

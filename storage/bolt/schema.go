@@ -70,7 +70,8 @@ var keySchemaVersion = []byte("schema_version")
 // keyClosedCleanly in bucketMeta marks a file that Close left: the first
 // commit after an Open deletes it, Close writes it again. A file without it
 // was last written by a process that died (Snapshot.Unclean). Open itself
-// writes nothing, so that a start costs the flash nothing.
+// writes nothing, so that a start costs the flash nothing (but for
+// keyStoreID, once in a file's life).
 var keyClosedCleanly = []byte("closed_cleanly")
 
 // keyStoreID in bucketMeta holds the file's identity (Store.ID): random,
