@@ -73,12 +73,8 @@ func (s *session) saveMsgLocked(d *delivery) {
 
 // messageRecord is the stored form of a delivery.
 func (s *session) messageRecord(d *delivery) *MessageRecord {
-	// A copy that may have reached the client already (handed on with
-	// DUP from a node that lost the session, or picked again for a
-	// member) keeps its DUP wherever the record goes: a hand-over, a
-	// replica, a restart. The message's own flag does not travel.
 	rec := &MessageRecord{
-		Seq: d.seq, Message: d.msg, QoS: d.qos, Retain: d.retain, Sent: d.sent || d.msg.redelivery, Released: d.released,
+		Seq: d.seq, Message: d.msg, QoS: d.qos, Retain: d.retain, Sent: d.sent, Released: d.released,
 		SubIDs: d.subIDs.appendTo(nil),
 	}
 	rec.PacketID = d.pid // 0 while queued
