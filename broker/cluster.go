@@ -103,7 +103,7 @@ type ClusterInbound interface {
 	// sent: a message for the ordinary subscribers here, one for a member
 	// here, a retained message to keep.
 	ForwardFrom(node string, m *Message)
-	DeliverFrom(to RemoteMember, m *Message, done func(accepted bool, err error))
+	DeliverFrom(from string, to RemoteMember, m *Message, done func(accepted bool, err error))
 	RetainFrom(node string, m *Message)
 	// RetainedSnapshot and MergeRetained exchange retained messages with
 	// a node that joins or comes back.
@@ -291,6 +291,9 @@ func (srv *Server) ForwardFrom(node string, m *Message) {
 	if m.Retain {
 		srv.retainFrom(m)
 	}
+	if srv.observe(m, node) == HeldBack {
+		return
+	}
 	var r router
 	r.route(srv, m, nil)
 	r.flush()
@@ -303,14 +306,19 @@ func (srv *Server) ForwardFrom(node string, m *Message) {
 // full while its client is away): the outbox sends it again later, so
 // that nothing acknowledged is dropped, the subscribers that took it
 // getting the new copy with DUP.
-func (srv *Server) forwardAcked(m *Message, done func(accepted bool, err error)) {
+func (srv *Server) forwardAcked(from string, m *Message, done func(accepted bool, err error)) {
 	if m.Retain {
 		srv.retainFrom(m)
+	}
+	seen := srv.observe(m, from)
+	if seen == HeldBack {
+		done(true, nil) // held back here, as if taken
+		return
 	}
 	var r router
 	r.route(srv, m, nil)
 	r.flush()
-	if !r.matched && !r.refused {
+	if !r.matched && !r.refused && seen != Watched {
 		// Its subscriber left, or moved to another node with its
 		// session: the sender routes it again.
 		done(false, nil)
@@ -374,7 +382,7 @@ func (srv *Server) MergeRetained(ms []*Message) int {
 // more. A Cluster wraps its transport's answer with it.
 var ErrNotHere = errors.New("broker: not here")
 
-// DeliverFrom hands a message another node picked for one of this node's
+// DeliverFrom hands a message another node (from) picked for one of this node's
 // share-group members to that member's session, without matching its
 // topic again. done reports whether the session took it (and, for a
 // persistent session, the Store made it durable), or an error when the
@@ -386,11 +394,11 @@ var ErrNotHere = errors.New("broker: not here")
 // once it is stored for the persistent ones (another node's outbox sent it).
 // One with a ClientID and no Group is a client whose session moved here
 // from the sending node: m goes to its ordinary subscriptions (redirect.go).
-func (srv *Server) DeliverFrom(to RemoteMember, m *Message, done func(accepted bool, err error)) {
+func (srv *Server) DeliverFrom(from string, to RemoteMember, m *Message, done func(accepted bool, err error)) {
 	m.fromPeer = true
 	switch {
 	case to.ClientID == "":
-		srv.forwardAcked(m, done)
+		srv.forwardAcked(from, m, done)
 		return
 	case to.Group == "":
 		srv.deliverMoved(to.ClientID, m, done)

@@ -67,7 +67,7 @@ func (c *memCluster) Deliver(to broker.RemoteMember, m *broker.Message, done fun
 			done(errNodeDown)
 			return
 		}
-		c.node(to.Node).DeliverFrom(to, m.Clone(), func(ok bool, err error) {
+		c.node(to.Node).DeliverFrom(c.self, to, m.Clone(), func(ok bool, err error) {
 			switch {
 			case err != nil:
 				done(err)

@@ -77,7 +77,7 @@ func (c *conn) handleConnect(body []byte) error {
 		if p.WillRetain && opts.DisableRetain {
 			return c.refuse(c.version, packet.RetainNotSupported)
 		}
-		if !opts.Auth.CanPublish(c.info, string(p.WillTopic)) {
+		if reservedTopic(opts.ReservedTopics, string(p.WillTopic)) || !opts.Auth.CanPublish(c.info, string(p.WillTopic)) {
 			return c.refuse(c.version, packet.NotAuthorized)
 		}
 		wp := packet.Publish{QoS: p.WillQoS, Retain: p.WillRetain, Payload: p.WillPayload, Props: p.WillProps}
@@ -186,6 +186,9 @@ func (c *conn) handleConnect(body []byte) error {
 	present, rc := c.srv.attach(c, p.CleanStart, expiry, connack)
 	if rc != packet.Success {
 		return c.refuse(c.version, rc) // a limit: MaxConnections, MaxSessions
+	}
+	if o := opts.Observer; o != nil && c.will != nil {
+		o.WillSet(c.info, c.will.msg)
 	}
 	if ev := opts.Events; ev != nil {
 		ev.ClientConnected(c.info, present)

@@ -187,7 +187,7 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 	// its own message may take its publish as done, and it is.
 	m.echoConn, m.echoGate = c.serial, c.ackSeq
 	m.rx = c.rx
-	if !opts.Auth.CanPublish(c.info, m.Topic) {
+	if reservedTopic(opts.ReservedTopics, m.Topic) || !opts.Auth.CanPublish(c.info, m.Topic) {
 		rc = packet.NotAuthorized
 		c.srv.stats.publishDenied.Add(1)
 		if !c.deniedLogged {
@@ -208,9 +208,13 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 			// it is often a device's configuration.
 			c.needSync = c.needSync || (c.srv.opts.Store != nil && p.QoS > 0 && !retainRefused)
 		}
-		c.srv.recordArrival(m)
 		r := c.router()
-		r.route(c.srv, m, c)
+		if c.srv.observe(m, "") != HeldBack {
+			c.srv.recordArrival(m)
+			r.route(c.srv, m, c)
+		} else {
+			r.matched = true // held back: taken, as far as the publisher goes
+		}
 		switch {
 		case r.refused || retainRefused:
 			// A queue was full and nothing acknowledged is ever dropped

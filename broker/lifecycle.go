@@ -43,12 +43,21 @@ func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(
 		old.mu.Lock()
 		oldConn = old.conn
 		old.conn = nil
+		if w := oldConnWill(oldConn); w != nil && (w.delay == 0 || cleanStart) {
+			// The will of the connection taken over goes out now, before
+			// the new connection's first packet is read: a client that
+			// reconnects sees its old will come before its new traffic,
+			// never after (a Sparkplug edge node's NDEATH before its new
+			// NBIRTH). Taken from the connection, so that its teardown
+			// does not publish it again.
+			oldWill, oldConn.will = w, nil
+		}
 		stopTimer(&old.expiryTimer)
 		if stopTimer(&old.willTimer) || old.pendingWill != nil {
 			// A connection arriving within the will delay cancels the will,
 			// unless it starts clean: then the old session ends, and its
 			// will goes with it [MQTT-3.1.3-9].
-			if cleanStart {
+			if cleanStart && old.pendingWill != nil {
 				oldWill = old.pendingWill
 			}
 			old.pendingWill = nil
@@ -120,6 +129,15 @@ func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(
 	return present, packet.Success
 }
 
+// oldConnWill is c's will, nil when c is nil or has none; the caller
+// holds c's session's lock.
+func oldConnWill(c *conn) *will {
+	if c == nil {
+		return nil
+	}
+	return c.will
+}
+
 // detach runs when a connection has ended: the session is left to expire,
 // or ends now, and the will is published or scheduled.
 func (srv *Server) detach(c *conn, reason packet.ReasonCode) {
@@ -128,9 +146,8 @@ func (srv *Server) detach(c *conn, reason packet.ReasonCode) {
 	c.wmu.Lock()
 	takenOver, takenByClean := c.takeover, c.takenByClean
 	c.wmu.Unlock()
-	w := c.will // nil after a DISCONNECT that discards it
-
 	sess.mu.Lock()
+	w := c.will // nil after a DISCONNECT that discards it, or a takeover that published it
 	if sess.conn != c {
 		// Taken over: the new connection owns the session now. The old
 		// will goes out only if it had no delay, or if the new connection

@@ -225,6 +225,17 @@ type Options struct {
 	// Events receives lifecycle events. Nil discards them.
 	Events Events
 
+	// Observer is shown every message this node routes, once, and may
+	// hold one back (observer.go). Nil shows nothing.
+	Observer Observer
+
+	// ReservedTopics are topic prefixes, each starting with '$', under
+	// which only the broker publishes (an Observer's republications, for
+	// example "$sparkplug/"): a client's PUBLISH there is refused as the
+	// ACL refuses one (v5 0x87; 3.1.1 dropped) and so is a will there
+	// (CONNACK 0x87 Not authorized, 3.1.1 0x05).
+	ReservedTopics []string
+
 	// Clock is the time source for keep alive, expiry and will delays. Nil
 	// uses the system clock.
 	Clock Clock
@@ -295,6 +306,11 @@ func (o *Options) Validate() error {
 	}
 	if o.ConnectTimeout < 0 || o.WriteTimeout < 0 {
 		errs = append(errs, errors.New("broker: timeouts must not be negative"))
+	}
+	for _, p := range o.ReservedTopics {
+		if len(p) < 2 || p[0] != '$' {
+			errs = append(errs, fmt.Errorf("broker: ReservedTopics %q: a reserved prefix starts with '$' and names something", p))
+		}
 	}
 	if err := validOverload(o.Overload); err != nil {
 		errs = append(errs, fmt.Errorf("broker: Overload: %w", err))

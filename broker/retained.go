@@ -2,6 +2,8 @@ package broker
 
 import (
 	"bytes"
+	"cmp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -208,12 +210,19 @@ func (r *retainedStore) clearLocked(topic string, only *Message) {
 }
 
 // match returns the retained messages whose topics match filter, leaving out
-// the expired ones.
+// the expired ones, in the order they were received: a subscriber gets a
+// device's configuration before the later message that refers to it (a
+// Sparkplug edge node's NBIRTH certificate before its devices' DBIRTH
+// ones), not in the tree's arbitrary order.
 func (r *retainedStore) match(filter string, now time.Time) []*Message {
 	r.mu.RLock()
-	defer r.mu.RUnlock()
 	var out []*Message
-	return r.root.match(filter, true, now, out)
+	out = r.root.match(filter, true, now, out)
+	r.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *Message) int {
+		return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.Topic, b.Topic))
+	})
+	return out
 }
 
 // match appends the messages below n matching the levels of filter; top is

@@ -280,6 +280,9 @@ func (srv *Server) Publish(m *Message) {
 	if m.Retain {
 		srv.retain(m)
 	}
+	if srv.observe(m, "") == HeldBack {
+		return
+	}
 	var r router
 	r.route(srv, m, nil)
 	r.flush()

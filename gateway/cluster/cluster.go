@@ -196,6 +196,12 @@ func (c *Cluster) Store(local broker.Store) broker.Store {
 // broker.Options.Cluster.
 func (c *Cluster) Hooks() broker.Cluster { return c.node }
 
+// Watch asks the other nodes to forward every message matching filter to
+// this node, as they do for its subscribers' filters: for a broker
+// Observer that must see the whole line's traffic on some topics (the
+// Sparkplug tracker). It lasts as long as the node; call it before Bind.
+func (c *Cluster) Watch(filter string) { c.node.reg.AddRoute(filter) }
+
 // Addr is the transport's listening address.
 func (c *Cluster) Addr() net.Addr { return c.ln.Addr() }
 

@@ -127,7 +127,7 @@ func (h meshHandler) Retained(from string, m *broker.Message) { h.n.srv.RetainFr
 // Deliver queues m to the member's session and answers once it is there
 // (and stored, for a persistent session).
 func (h meshHandler) Deliver(from string, to peer.Target, m *broker.Message, r peer.Reply) {
-	h.n.srv.DeliverFrom(broker.RemoteMember{Node: h.n.self, Group: to.Group, Filter: to.Filter, ClientID: to.Client}, m,
+	h.n.srv.DeliverFrom(from, broker.RemoteMember{Node: h.n.self, Group: to.Group, Filter: to.Filter, ClientID: to.Client}, m,
 		func(accepted bool, err error) { r.Done(accepted, err) })
 }
 

@@ -71,7 +71,7 @@ func (t *memTransport) Deliver(to broker.RemoteMember, m *broker.Message, done f
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		p.DeliverFrom(to, m.Clone(), func(ok bool, err error) {
+		p.DeliverFrom(t.self, to, m.Clone(), func(ok bool, err error) {
 			switch {
 			case err != nil:
 				done(err)
