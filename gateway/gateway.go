@@ -34,6 +34,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/linemq/linemq/broker"
@@ -43,6 +44,7 @@ import (
 	"github.com/linemq/linemq/gateway/config"
 	"github.com/linemq/linemq/gateway/health"
 	"github.com/linemq/linemq/gateway/listen"
+	"github.com/linemq/linemq/gateway/sparkplug"
 	"github.com/linemq/linemq/gateway/web"
 	"github.com/linemq/linemq/hw"
 	"github.com/linemq/linemq/hw/led"
@@ -81,14 +83,16 @@ type Gateway struct {
 	store   *bolt.Store
 	health  *health.Registry
 	cluster *cluster.Cluster // nil when standalone
-	hw      *hw.Hardware
-	web     *web.Server  // nil when http.listen is empty
-	mqtt    net.Listener // the mqtt.listen shortcut; nil when disabled
-	extra   []*listen.Listener
-	auth    *auth.Authenticator
-	http    net.Listener // nil when disabled
-	bridges []*bridge.Bridge
-	started time.Time
+
+	sparkplug *sparkplug.Tracker // nil when sparkplug.aware is false
+	hw        *hw.Hardware
+	web       *web.Server  // nil when http.listen is empty
+	mqtt      net.Listener // the mqtt.listen shortcut; nil when disabled
+	extra     []*listen.Listener
+	auth      *auth.Authenticator
+	http      net.Listener // nil when disabled
+	bridges   []*bridge.Bridge
+	started   time.Time
 
 	serving sync.WaitGroup // one per Serve goroutine
 	ready   chan struct{}  // closed once the gateway serves MQTT
@@ -155,6 +159,10 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 	}
+	// The Sparkplug tracker publishes through the broker, which is made
+	// with the tracker as its Observer: it learns the broker from here,
+	// before any message can reach it.
+	var srvRef atomic.Pointer[broker.Server]
 	bo := cfg.BrokerOptions()
 	bo.Auth = authn
 	if len(cfg.Bridges) > 0 {
@@ -169,6 +177,12 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		bo.Store = cl.Store(store) // with replicas: writes go to them too
 	}
 	bo.Events = tracker
+	var spark *sparkplug.Tracker
+	if *cfg.Sparkplug.Aware {
+		spark = newSparkplug(cfg, cl, &srvRef, log)
+		bo.Observer = spark
+		bo.ReservedTopics = []string{sparkplug.ReservedPrefix}
+	}
 	srv, err := broker.New(bo)
 	if err != nil {
 		if cl != nil {
@@ -178,9 +192,10 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		store.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	srvRef.Store(srv)
 	g := &Gateway{
 		cfg: cfg, log: log, srv: srv, store: store, started: time.Now(), auth: authn,
-		health: healthReg, cluster: cl,
+		health: healthReg, cluster: cl, sparkplug: spark,
 		ready:   make(chan struct{}),
 		stopped: make(chan struct{}), trimStop: make(chan struct{}), hwStop: make(chan struct{}),
 	}
@@ -462,11 +477,13 @@ func (g *Gateway) newWeb(tracker *web.Tracker, version string) (*web.Server, err
 			}
 			return ss
 		},
-		Hardware:     g.hwStatus(),
-		Cluster:      g.clusterStatus(),
-		ClusterStats: g.clusterMetrics(),
-		SysInterval:  sys,
-		Logger:       g.log.With("component", "web"),
+		Hardware:            g.hwStatus(),
+		Cluster:             g.clusterStatus(),
+		ClusterStats:        g.clusterMetrics(),
+		SysInterval:         sys,
+		Logger:              g.log.With("component", "web"),
+		Sparkplug:           g.sparkplug,
+		SparkplugEdgeSeries: int(*g.cfg.Sparkplug.MetricsEdgeNodes),
 		Bridges: func() []web.BridgeStats {
 			// g.bridges is complete, and no longer written, once the
 			// gateway is ready: the page serves before the bridges start.

@@ -115,6 +115,9 @@ type Config struct {
 	// out (no cluster.listen), the gateway is standalone and needs no etcd.
 	Cluster Cluster `yaml:"cluster"`
 
+	// Sparkplug configures the Sparkplug B awareness (docs/sparkplug.md).
+	Sparkplug Sparkplug `yaml:"sparkplug"`
+
 	// Bridges are uplinks to site or cloud brokers: the section is
 	// gateway/bridge's (checked in bridge.go here; docs/bridge.md).
 	Bridges []bridge.Config `yaml:"bridges"`
@@ -477,6 +480,24 @@ type Storage struct {
 	MaxSize Size `yaml:"max_size"`
 }
 
+// Sparkplug configures the Sparkplug B awareness: births republished as
+// certificates under $sparkplug/, every edge node's health watched.
+type Sparkplug struct {
+	// Aware turns the awareness on (Sparkplug 3.0's Aware server profile).
+	// Nil means true; false leaves spBv1.0/ messages to plain MQTT.
+	Aware *bool `yaml:"aware"`
+
+	// MaxEdgeNodes bounds the edge nodes whose state is kept (1..1000000).
+	// Default 10000.
+	MaxEdgeNodes Limit `yaml:"max_edge_nodes"`
+
+	// MetricsEdgeNodes is how many edge nodes get their own
+	// linemq_sparkplug_edge_* series in /metrics (0..10000); the others
+	// count in their group's only, so that a large plant cannot swamp
+	// Prometheus. Nil means 100; 0 gives none their own.
+	MetricsEdgeNodes *Limit `yaml:"metrics_edge_nodes"`
+}
+
 // Defaults that have no counterpart in package broker or storage/bolt.
 const (
 	DefaultDataDir    = "./data"
@@ -485,6 +506,9 @@ const (
 	DefaultMQTTListen = ":1883"
 	DefaultHTTPListen = ":8080"
 	DefaultStrategy   = "round_robin"
+
+	DefaultMaxEdgeNodes     = 10_000
+	DefaultMetricsEdgeNodes = 100
 
 	DefaultClusterName   = "linemq"
 	DefaultSysInterval   = 10 * time.Second
@@ -544,6 +568,7 @@ func Default() *Config {
 		Health:              Health{ProbeInterval: Duration(DefaultProbeInterval), ProbeTimeout: Duration(DefaultProbeTimeout)},
 		Cluster:             Cluster{Name: DefaultClusterName, Replicas: new(DefaultReplicas)},
 		Storage:             Storage{Sync: SyncMode(bolt.SyncBatch), BatchInterval: Duration(bolt.DefaultBatchInterval), MaxSize: Unlimited},
+		Sparkplug:           Sparkplug{Aware: new(true), MaxEdgeNodes: DefaultMaxEdgeNodes, MetricsEdgeNodes: new(Limit(DefaultMetricsEdgeNodes))},
 	}
 }
 

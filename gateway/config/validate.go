@@ -158,6 +158,10 @@ func (c *Config) Validate() error {
 		}
 	}
 
+	limit(&v, "sparkplug.max_edge_nodes", c.Sparkplug.MaxEdgeNodes, d.Sparkplug.MaxEdgeNodes, bounds[Limit]{1, 1_000_000, false})
+	if n := c.Sparkplug.MetricsEdgeNodes; n != nil {
+		limit(&v, "sparkplug.metrics_edge_nodes", *n, *d.Sparkplug.MetricsEdgeNodes, bounds[Limit]{0, 10_000, false})
+	}
 	v.check("storage.sync", c.Storage.Sync.check())
 	limit(&v, "storage.batch_interval", c.Storage.BatchInterval, d.Storage.BatchInterval, bounds[Duration]{minTimeout, 0, false})
 	limit(&v, "storage.max_size", c.Storage.MaxSize, d.Storage.MaxSize, bounds[Size]{2 << 20, 0, true})

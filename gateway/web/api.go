@@ -44,10 +44,12 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("GET /api/v1/hw", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, r, http.StatusOK, panelJSON(s.opts.Hardware, "no hardware configured (status LEDs, watchdog)"))
 	})
+	mux.HandleFunc("GET /api/v1/sparkplug", s.handleSparkplug)
+	mux.HandleFunc("POST /api/v1/sparkplug/rebirth", s.handleRebirth)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, r, http.StatusMethodNotAllowed, "the API is read-only")
+			writeError(w, r, http.StatusMethodNotAllowed, "the API is read-only, but for POST /api/v1/sparkplug/rebirth")
 			return
 		}
 		writeError(w, r, http.StatusNotFound, "no such endpoint: "+r.URL.Path)

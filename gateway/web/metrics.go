@@ -17,6 +17,7 @@ func (s *Server) registerMetrics() error {
 		newBrokerCollector(s),
 		newClusterCollector(s),
 		newBridgeCollector(s),
+		newSparkplugCollector(s),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {

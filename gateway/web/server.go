@@ -14,6 +14,7 @@ import (
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/gateway/health"
+	"github.com/linemq/linemq/gateway/sparkplug"
 )
 
 // Options configure a Server. Broker is required; the zero value of every
@@ -58,6 +59,14 @@ type Options struct {
 	// nil or an empty list when no bridge is configured: the panel is then
 	// hidden and no bridge series are exported.
 	Bridges func() []BridgeStats
+
+	// Sparkplug is the gateway's Sparkplug B tracker, for the Sparkplug
+	// panel, /api/v1/sparkplug, the linemq_sparkplug_* families and
+	// $SYS/broker/sparkplug/; nil when the awareness is off.
+	Sparkplug *sparkplug.Tracker
+	// SparkplugEdgeSeries bounds the edge nodes with series of their own
+	// in /metrics (sparkplug.metrics_edge_nodes); 0 exports none.
+	SparkplugEdgeSeries int
 
 	// Login, when set, makes everything but /healthz and /readyz ask for
 	// a login (HTTP Basic authentication); nil serves everyone.

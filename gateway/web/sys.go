@@ -76,6 +76,7 @@ func (s *Server) sysValues(now time.Time) []sysValue {
 			a.degraded = 1
 		}
 	}
+	out = append(out, s.sparkplugSys()...)
 	for _, n := range names {
 		a := byName[n]
 		p := "shared/" + n + "/"
