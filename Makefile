@@ -6,7 +6,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 DATA_DIR ?= ./data
 FUZZTIME ?= 60s
 
-.PHONY: run build test vet fuzz bench bench-compare cross clean test-arm systemd-check dist dist-check sdimage-smoke appliance-test powercut-test chaos
+.PHONY: run build test vet tahu-deps fuzz bench bench-compare cross clean test-arm systemd-check dist dist-check sdimage-smoke appliance-test powercut-test chaos
 .PHONY: needs-bench-compare needs-test-arm needs-sdimage-smoke needs-appliance-test needs-powercut-test
 
 # Targets that run programs from outside Go check for them before they
@@ -40,10 +40,21 @@ build:
 ## detector, then the cluster fault suite's fixed set on its own (its bounds
 ## are timings: alone, it measures the line, not a machine also running
 ## every other package's tests)
-test: vet
+test: vet tahu-deps
 	$(GO) test -race -count=1 -timeout 12m ./...
 	$(GO) test -race -count=1 -timeout 5m -tags browser -run 'InBrowser|WithBrowser' ./gateway/web
 	LINEMQ_FAULT_SUITE=1 $(GO) test -race -count=1 -timeout 10m -run 'TestFaultSuite|TestOrdinarySubscribersCutOff' -v ./internal/chaos
+
+## tahu-deps: the independent Sparkplug edge node the tests run (Eclipse
+## Tahu's sparkplug-client, gateway/sparkplug/testdata/tahu), installed from
+## its lock file when npm is here and the lock file is newer than what is
+## installed; without npm the Tahu test skips, saying so
+TAHU := gateway/sparkplug/testdata/tahu
+tahu-deps:
+	@if command -v npm >/dev/null 2>&1; then \
+	  if [ ! -f $(TAHU)/node_modules/.package-lock.json ] || [ $(TAHU)/package-lock.json -nt $(TAHU)/node_modules/.package-lock.json ]; then \
+	    npm ci --prefix $(TAHU) --no-audit --no-fund --loglevel=error; fi; \
+	else echo "tahu-deps: npm not found: the Tahu edge node test will skip"; fi
 
 ## vet: go vet (the browser tests' files too, behind their build tag), and go.mod and go.sum as go mod tidy leaves them (a direct
 ## dependency marked indirect, or one nothing imports, fails here rather
@@ -56,7 +67,7 @@ vet:
 
 ## fuzz: run every fuzz target for FUZZTIME each, one after the other
 fuzz:
-	@for pkg in ./broker/packet ./broker/topic ./broker/share; do \
+	@for pkg in ./broker/packet ./broker/topic ./broker/share ./gateway/sparkplug; do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "== $$pkg $$f ($(FUZZTIME))"; \
 	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
