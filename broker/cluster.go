@@ -291,12 +291,15 @@ func (srv *Server) ForwardFrom(node string, m *Message) {
 	if m.Retain {
 		srv.retainFrom(m)
 	}
-	if srv.observe(m, node) == HeldBack {
-		return
+	seen, after := srv.observe(m, node)
+	if seen != HeldBack {
+		var r router
+		r.route(srv, m, nil)
+		r.flush()
 	}
-	var r router
-	r.route(srv, m, nil)
-	r.flush()
+	if after != nil {
+		after()
+	}
 }
 
 // forwardAcked routes a message another node's outbox handed over to this
@@ -310,14 +313,20 @@ func (srv *Server) forwardAcked(from string, m *Message, done func(accepted bool
 	if m.Retain {
 		srv.retainFrom(m)
 	}
-	seen := srv.observe(m, from)
+	seen, after := srv.observe(m, from)
 	if seen == HeldBack {
+		if after != nil {
+			after()
+		}
 		done(true, nil) // held back here, as if taken
 		return
 	}
 	var r router
 	r.route(srv, m, nil)
 	r.flush()
+	if after != nil {
+		after()
+	}
 	if !r.matched && !r.refused && seen != Watched {
 		// Its subscriber left, or moved to another node with its
 		// session: the sender routes it again.

@@ -209,11 +209,15 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 			c.needSync = c.needSync || (c.srv.opts.Store != nil && p.QoS > 0 && !retainRefused)
 		}
 		r := c.router()
-		if c.srv.observe(m, "") != HeldBack {
+		seen, after := c.srv.observe(m, "")
+		if seen != HeldBack {
 			c.srv.recordArrival(m)
 			r.route(c.srv, m, c)
 		} else {
 			r.matched = true // held back: taken, as far as the publisher goes
+		}
+		if after != nil {
+			after()
 		}
 		switch {
 		case r.refused || retainRefused:

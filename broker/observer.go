@@ -18,8 +18,13 @@ type Observer interface {
 	// broker's own (Server.Publish), or a message another node forwarded
 	// to this node's ordinary subscribers. from is "" for the first two
 	// and the sending node's name for the last. Its answer says what
-	// becomes of the message (see Observation).
-	Observe(m *Message, from string) Observation
+	// becomes of the message (see Observation). after, if not nil, is
+	// called once the message has been routed (or held back): between
+	// the two the Observer may hold a lock, so that what it decided about
+	// a message and the order the message reaches subscribers in agree
+	// when two arrive at once (from two nodes, say). It must then not
+	// call back into the broker for that message's topic.
+	Observe(m *Message, from string) (o Observation, after func())
 	// WillSet is told the will a client's accepted connection registered
 	// (its CONNACK queued), before anything the client sends on it is
 	// routed.
@@ -57,10 +62,11 @@ func reservedTopic(prefixes []string, topic string) bool {
 	return false
 }
 
-// observe shows m to the Observer, if there is one.
-func (srv *Server) observe(m *Message, from string) Observation {
+// observe shows m to the Observer, if there is one; after, if not nil,
+// must be called once m has been routed.
+func (srv *Server) observe(m *Message, from string) (Observation, func()) {
 	if o := srv.opts.Observer; o != nil {
 		return o.Observe(m, from)
 	}
-	return Ignored
+	return Ignored, nil
 }

@@ -280,12 +280,15 @@ func (srv *Server) Publish(m *Message) {
 	if m.Retain {
 		srv.retain(m)
 	}
-	if srv.observe(m, "") == HeldBack {
-		return
+	seen, after := srv.observe(m, "")
+	if seen != HeldBack {
+		var r router
+		r.route(srv, m, nil)
+		r.flush()
 	}
-	var r router
-	r.route(srv, m, nil)
-	r.flush()
+	if after != nil {
+		after()
+	}
 }
 
 // Addr returns the address of one listener being served, or nil; handy in

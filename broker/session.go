@@ -152,6 +152,16 @@ func (s *session) deliverLocked(m *Message, qos byte, retain bool, ids *subIDs, 
 		if ids != nil {
 			d.subIDs = *ids
 		}
+		if s.queue.len() > 0 {
+			// QoS 1 or 2 messages wait for the send window: this one
+			// waits behind them rather than overtake them, so that the
+			// client gets the messages in the order they were routed
+			// to it, whatever their QoS (a Sparkplug host must not get
+			// an edge node's QoS 0 NBIRTH before the QoS 1 NDEATH of its
+			// previous session). A full queue drops QoS 0 first.
+			s.enqueueLocked(d)
+			return deliverResult{conn: s.conn, ok: true}
+		}
 		switch s.sendLocked(&d, 0, now) {
 		case written:
 		case deniedMsg:

@@ -63,13 +63,18 @@ type edgeKey struct{ group, edge string }
 
 // edge is one edge node's state; mu guards it.
 type edge struct {
-	mu sync.Mutex
+	mu     sync.Mutex
+	unlock func() // mu.Unlock, made once: Observe returns it for every message
 
 	online    bool
 	birthFrom string // the gateway its current birth entered at
 	client    string // the client id that published its birth
 	bdSeq     int64  // of its last NBIRTH; -1 unknown
-	prevBdSeq int64  // of the NBIRTH before that; -1 unknown
+	// earlier holds the bdSeqs of the births before the last one, the
+	// most recent first: an NDEATH carrying one of them is an earlier
+	// session's, late (on a line, a gateway lets a connection go only
+	// when it learns that another took it over).
+	earlier [recentBirths]int64
 	willBdSeq int64  // of the NDEATH its connection registered as will; -1 unknown
 	willFrom  string // the client that registered it
 	mismatch  bool   // the birth's bdSeq is not its will's
@@ -112,18 +117,21 @@ func watched(topic string) bool {
 	return strings.HasPrefix(topic, Namespace+"/") || strings.HasPrefix(topic, "STATE/")
 }
 
-// Observe implements broker.Observer.
-func (t *Tracker) Observe(m *broker.Message, from string) broker.Observation {
+// Observe implements broker.Observer. A message of an edge node is
+// judged, and routed, under that edge node's lock (after releases it):
+// two of its messages arriving at once from two gateways reach this
+// node's subscribers in the order they were judged in.
+func (t *Tracker) Observe(m *broker.Message, from string) (broker.Observation, func()) {
 	if !watched(m.Topic) {
-		return broker.Ignored
+		return broker.Ignored, nil
 	}
 	tp, ok := ParseTopic(m.Topic)
 	if !ok {
 		if strings.HasPrefix(m.Topic, Namespace+"/") {
 			t.notSparkplug.Add(1)
-			return broker.Watched
+			return broker.Watched, nil
 		}
-		return broker.Ignored // STATE/a/b: not 2.2's STATE either
+		return broker.Ignored, nil // STATE/a/b: not 2.2's STATE either
 	}
 	if from == "" {
 		from = t.self
@@ -131,9 +139,9 @@ func (t *Tracker) Observe(m *broker.Message, from string) broker.Observation {
 	switch tp.Kind {
 	case STATE:
 		t.observeState(tp.Host, m)
-		return broker.Watched
+		return broker.Watched, nil
 	case NCMD, DCMD:
-		return broker.Watched
+		return broker.Watched, nil
 	}
 	p, err := Decode(m.Payload, tp.Kind == NBIRTH || tp.Kind == NDEATH)
 	valid := err == nil && (p.HasSeq || tp.Kind == NDEATH) && p.Seq <= 255
@@ -143,10 +151,10 @@ func (t *Tracker) Observe(m *broker.Message, from string) broker.Observation {
 	e := t.edge(edgeKey{tp.Group, tp.Edge}, tp.Kind == NBIRTH)
 	if e == nil {
 		t.untracked.Add(1)
-		return broker.Watched
+		return broker.Watched, nil
 	}
-	var certs []*broker.Message
 	e.mu.Lock()
+	var clears []*broker.Message
 	if valid && tp.Kind == NBIRTH {
 		// A new session: its devices are born again after it, and until
 		// then the previous session's DBIRTH certificates would describe
@@ -154,27 +162,28 @@ func (t *Tracker) Observe(m *broker.Message, from string) broker.Observation {
 		// anything of the new session's. They are cleared.
 		for d := range e.devices {
 			tp := Topic{Kind: DBIRTH, Group: tp.Group, Edge: tp.Edge, Device: d}
-			certs = append(certs, broker.NewMessage(certificateTopic(tp), nil, 1, true))
+			clears = append(clears, broker.NewMessage(certificateTopic(tp), nil, 1, true))
 		}
 	}
 	verdict := e.observe(t, tp, &p, valid, m, from)
-	if verdict == broker.Watched && valid && (tp.Kind == NBIRTH || tp.Kind == DBIRTH) {
-		certs = append(certs, broker.NewMessage(certificateTopic(tp), m.Payload, 1, true))
-	}
-	e.mu.Unlock()
 	if verdict == broker.HeldBack {
+		e.mu.Unlock()
 		t.heldBack.Add(1)
 		t.opts.Logger.Info("sparkplug: held back a stale message of an earlier session", "topic", m.Topic, "from", from)
+		return verdict, nil
 	}
 	if t.opts.Publish != nil {
-		for _, c := range certs {
-			if len(c.Payload) > 0 {
-				t.certificates.Add(1)
-			}
+		// Published under the lock (their topics are not the Tracker's):
+		// the certificates change in the order the births were judged.
+		for _, c := range clears {
 			t.opts.Publish(c)
 		}
+		if valid && (tp.Kind == NBIRTH || tp.Kind == DBIRTH) {
+			t.certificates.Add(1)
+			t.opts.Publish(broker.NewMessage(certificateTopic(tp), m.Payload, 1, true))
+		}
 	}
-	return verdict
+	return verdict, e.unlock
 }
 
 // observe applies one message of the edge node; e.mu is held.
@@ -187,7 +196,11 @@ func (e *edge) observe(t *Tracker, tp Topic, p *Payload, valid bool, m *broker.M
 	if tp.Kind == NBIRTH {
 		e.online, e.birthFrom, e.client, e.since = true, from, m.Origin, m.Created
 		e.births++
-		e.prevBdSeq, e.bdSeq = e.bdSeq, -1
+		if e.bdSeq >= 0 {
+			copy(e.earlier[1:], e.earlier[:])
+			e.earlier[0] = e.bdSeq
+		}
+		e.bdSeq = -1
 		if p.HasBdSeq {
 			e.bdSeq = int64(p.BdSeq & (1<<63 - 1))
 		}
@@ -244,19 +257,25 @@ func (e *edge) observe(t *Tracker, tp Topic, p *Payload, valid bool, m *broker.M
 // maxDevices bounds the devices remembered per edge node.
 const maxDevices = 1024
 
-// staleDeath reports whether an NDEATH belongs to the session before the
-// current birth: its bdSeq is that session's (and not the current one's),
-// or it entered at another gateway than the birth while that gateway is
-// reachable (a will the line publishes for a gateway that died enters
-// elsewhere, and is not stale). An NDEATH with a bdSeq not seen before is
-// not judged stale: it may be a session's whose birth is still on its way.
+// recentBirths is how many earlier births' bdSeqs an edge node remembers.
+const recentBirths = 8
+
+// staleDeath reports whether an NDEATH belongs to a session before the
+// current birth: its bdSeq is one of the recent earlier births' (and not
+// the current one's), or it entered at another gateway than the birth
+// while that gateway is reachable (a will the line publishes for a gateway
+// that died enters elsewhere, and is not stale). An NDEATH with a bdSeq
+// not seen before is not judged stale: it may be a session's whose birth
+// is still on its way.
 func (e *edge) staleDeath(t *Tracker, p *Payload, from string) bool {
 	if p.HasBdSeq && e.bdSeq >= 0 {
 		b := int64(p.BdSeq & (1<<63 - 1))
-		if b == e.prevBdSeq && b != e.bdSeq {
-			return true
-		}
 		if b != e.bdSeq {
+			for _, x := range e.earlier[:min(int(e.births)-1, recentBirths)] {
+				if x == b {
+					return true
+				}
+			}
 			return false
 		}
 	}
@@ -333,7 +352,8 @@ func (t *Tracker) edge(k edgeKey, create bool) *edge {
 	if len(t.edges) >= t.opts.MaxEdgeNodes && !t.forgetOfflineLocked() {
 		return nil
 	}
-	e = &edge{bdSeq: -1, prevBdSeq: -1, willBdSeq: -1, seq: -1}
+	e = &edge{bdSeq: -1, willBdSeq: -1, seq: -1}
+	e.unlock = e.mu.Unlock
 	t.edges[edgeKey{strings.Clone(k.group), strings.Clone(k.edge)}] = e
 	return e
 }

@@ -15,6 +15,8 @@
   const TIMEOUT_MS = 4000;    // one request
   const CLIENTS_PAGE = 50;
   const HISTORY = 300;        // samples the chart spans (the server's HistoryLength)
+  const SPARKPLUG_OFF_POLLS = 30; // with the Sparkplug awareness off, ask again only every this many polls
+  const SPARKPLUG_ROWS = 200;     // edge node rows drawn at most (a plant may have thousands)
 
   const $ = (id) => document.getElementById(id);
 
@@ -136,6 +138,26 @@
     }
   }
 
+  // postJSON posts body as JSON to path and returns the status and the
+  // decoded answer (null when it is not JSON). Unlike getJSON it does not
+  // throw on a refusal: the caller shows the answer's error where the user
+  // clicked, and a refused action does not stop the page's polls.
+  async function postJSON(path, body) {
+    const ctl = new AbortController();
+    const timer = setTimeout(() => ctl.abort(), TIMEOUT_MS);
+    try {
+      const r = await fetch(apiURL(path), {
+        method: "POST", signal: ctl.signal, cache: "no-store",
+        headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+      });
+      let data = null;
+      try { data = await r.json(); } catch (_) { /* not JSON: the status says enough */ }
+      return { ok: r.ok, status: r.status, data };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
   // --- state kept across redraws ---
   const ui = {
     expanded: new Map(),   // group key -> the user's choice; absent: the default
@@ -145,6 +167,9 @@
     clientsTimer: null,
     rates: null,           // the last rates, to redraw the chart on resize
     refused: false,        // the login was refused: polling has stopped
+    sparkplug: null,       // the last api/v1/sparkplug answer, to redraw on a rebirth's outcome
+    sparkplugWait: 0,      // polls to skip before asking api/v1/sparkplug again
+    rebirths: new Map(),   // edge node key -> the last rebirth's outcome {pending, ok, text, title}
   };
 
   // refusedLogin reports whether err (from getJSON) is the gateway turning
@@ -354,6 +379,132 @@
           b.last_error ? b.last_error + " · " + fmtAgo(b.last_error_at) : "none"));
     });
     patchChildren($("bridges-body"), rows);
+  }
+
+  // --- Sparkplug ---
+  // sparkplugTime is an API time, or null for Go's zero time (never).
+  const sparkplugTime = (iso) => (iso && !iso.startsWith("0001-") ? iso : null);
+  const edgeKey = (group, edgeNode) => group + "\u0000" + edgeNode;
+  const plural = (n, one, many) => fmtInt(n) + " " + (n === 1 ? one : many || one + "s");
+  // join puts " · " between parts, so a line reads (and copies) as text.
+  const join = (parts) => parts.flatMap((p, i) => (i ? [" · ", p] : [p]));
+
+  // renderSparkplug shows the Sparkplug B groups, edge nodes and primary
+  // hosts the gateway tracks (api/v1/sparkplug). The card is hidden while
+  // the awareness is off or nothing of Sparkplug has been seen; its
+  // data-state says which ("off", "empty", "on"). Each edge node row has a
+  // Rebirth button; its clicks are taken by the table's listener (see
+  // init), since a redraw patches rows in place and keeps no listener of
+  // a new row's own.
+  function renderSparkplug(sp) {
+    ui.sparkplug = sp;
+    const card = $("sparkplug-card");
+    const nodes = (sp && sp.enabled && sp.edge_nodes) || [], hosts = (sp && sp.enabled && sp.hosts) || [];
+    const state = !sp || !sp.enabled ? "off" : nodes.length || hosts.length ? "on" : "empty";
+    if (card.dataset.state !== state) card.dataset.state = state;
+    if (card.classList.contains("hidden") !== (state !== "on")) card.classList.toggle("hidden", state !== "on");
+    if (state !== "on") return;
+
+    const groups = sp.groups || [];
+    const online = nodes.filter((n) => n.online).length;
+    const mismatched = nodes.filter((n) => n.bdseq_mismatch).length;
+    setText($("sparkplug-count"), join([plural(nodes.length, "edge node"), online + " online", plural(groups.length, "group")]
+      .concat(mismatched ? [plural(mismatched, "bdSeq mismatch", "bdSeq mismatches")] : [])).join(""));
+
+    patchChildren($("sparkplug-groups"), groups.map((g) => {
+      const down = g.online < g.edge_nodes;
+      return h("li", { class: down || g.bdseq_mismatches ? "degraded" : null, data: { group: g.group } },
+        h("span", { class: "gname" }, g.group), " ",
+        join([
+          h("span", { class: down ? "warn" : null, data: { field: "online" } }, fmtInt(g.online) + " / " + fmtInt(g.edge_nodes) + " edge nodes online"),
+          h("span", { data: { field: "rate" }, title: fmtInt(g.messages) + " messages" }, fmtRate(g.messages_per_second) + " msg/s"),
+          h("span", { class: g.seq_gaps ? "warn" : null, data: { field: "seq_gaps" } }, plural(g.seq_gaps, "seq gap")),
+          h("span", { class: g.bdseq_mismatches ? "bad" : null, data: { field: "bdseq_mismatches" },
+            title: "edge nodes whose NBIRTH bdSeq is not the one of the NDEATH they registered as will" },
+            plural(g.bdseq_mismatches, "bdSeq mismatch", "bdSeq mismatches")),
+          h("span", { class: "muted", data: { field: "births" } }, plural(g.births, "birth") + ", " + plural(g.deaths, "death")),
+        ]));
+    }));
+
+    // A plant may have thousands of edge nodes: draw at most
+    // SPARKPLUG_ROWS, those that need looking at (offline, bdSeq
+    // mismatch) first, each part in the API's order (group, edge node).
+    const bad = (n) => !n.online || n.bdseq_mismatch;
+    const shown = nodes.length <= SPARKPLUG_ROWS ? nodes
+      : nodes.filter(bad).concat(nodes.filter((n) => !bad(n))).slice(0, SPARKPLUG_ROWS);
+    setText($("sparkplug-edges-note"), shown.length < nodes.length
+      ? "first " + fmtInt(shown.length) + " of " + fmtInt(nodes.length) + ", offline and mismatched first" : "");
+    const rows = shown.map((n) => {
+      const out = ui.rebirths.get(edgeKey(n.group, n.edge_node));
+      const since = sparkplugTime(n.since), seen = sparkplugTime(n.last_seen);
+      const seq = (v) => (v >= 0 ? String(v) : "–");
+      return h("tr", { class: bad(n) ? "degraded" : null, data: { group: n.group, edgeNode: n.edge_node, state: n.online ? "online" : "offline" } },
+        h("td", { data: { field: "group" } }, n.group),
+        h("td", { class: "ename mono", title: n.client ? "born by client " + n.client : "" }, n.edge_node),
+        h("td", { data: { field: "state" }, title: since ? "since " + since : "" },
+          h("span", { class: "badge " + (n.online ? "on" : "off") }, n.online ? "online" : "offline"),
+          since ? h("span", { class: "muted" }, " " + fmtAgo(since).replace(" ago", "")) : null),
+        h("td", { class: "mono", data: { field: "gateway" } }, n.gateway || "–"),
+        h("td", { class: "num" + (n.bdseq_mismatch ? " bad" : ""), data: { field: "bdseq" },
+          title: n.bdseq_mismatch ? "the NBIRTH's bdSeq is not the one of the NDEATH registered as will: the edge node's death will not be recognised"
+            : "bdSeq of the last NBIRTH · of the NDEATH registered as will" },
+          seq(n.bdseq), n.will_bdseq >= 0 ? h("span", { class: n.bdseq_mismatch ? null : "muted" }, " · will " + n.will_bdseq) : null),
+        h("td", { class: "num", data: { field: "births" } }, fmtInt(n.births)),
+        h("td", { class: "num", data: { field: "deaths" } }, fmtInt(n.deaths)),
+        h("td", { class: "num" + (n.seq_gaps ? " warn" : ""), data: { field: "seq_gaps" } }, fmtInt(n.seq_gaps)),
+        h("td", { class: "num" + (n.out_of_order ? " warn" : ""), data: { field: "out_of_order" } }, fmtInt(n.out_of_order)),
+        h("td", { class: "num", data: { field: "devices" } }, fmtInt(n.devices_online) + " / " + fmtInt(n.devices)),
+        h("td", { class: "num", data: { field: "rate" },
+          title: fmtInt(n.messages) + " messages" + (n.invalid ? " · " + fmtInt(n.invalid) + " not Sparkplug" : "") + (n.held_back ? " · " + fmtInt(n.held_back) + " held back" : "") },
+          fmtRate(n.messages_per_second)),
+        h("td", { data: { field: "last_seen" }, title: seen || "" }, fmtAgo(seen)),
+        h("td", { class: "rebirth" },
+          h("button", { type: "button", class: "rebirth", disabled: !!(out && out.pending),
+            data: { group: n.group, edgeNode: n.edge_node },
+            "aria-label": "Rebirth edge node " + n.edge_node + " of group " + n.group,
+            title: "Ask the edge node to publish its births again (NCMD Node Control/Rebirth)" }, "Rebirth"),
+          h("span", { class: "outcome" + (out && !out.pending ? (out.ok ? " ok" : " bad") : ""), role: "status",
+            data: { field: "rebirth" }, title: (out && out.title) || "" }, out ? out.text : "")));
+    });
+    patchChildren($("sparkplug-body"), rows);
+
+    const hs = hosts.map((x) => {
+      const since = sparkplugTime(x.since);
+      return h("li", { data: { host: x.host, state: x.online ? "online" : "offline" }, title: since ? "since " + since : "" },
+        h("span", { class: "mono" }, x.host), " ",
+        h("span", { class: "badge " + (x.online ? "on" : "off") }, x.online ? "online" : "offline"),
+        since ? h("span", { class: "muted" }, " for " + fmtAgo(since).replace(" ago", "")) : null);
+    });
+    if (!hs.length) hs.push(h("li", { class: "muted" }, "no primary host has published its STATE"));
+    patchChildren($("sparkplug-hosts"), hs);
+
+    patchChildren($("sparkplug-totals"), [
+      ["not_sparkplug", "Not Sparkplug", "messages under spBv1.0/ that were not Sparkplug B (passed on unchanged)"],
+      ["held_back", "Held back", "stale messages of an earlier edge node session kept from subscribers"],
+      ["untracked", "Untracked", "messages of edge nodes past sparkplug.max_edge_nodes"],
+      ["certificates_published", "Certificates published", "births republished under $sparkplug/certificates/"],
+      ["rebirths_requested", "Rebirths requested", "rebirth commands sent from this page or the API"],
+    ].flatMap(([k, label, title]) => [h("dt", { title }, label), h("dd", { data: { key: k } }, fmtInt(sp[k]))]));
+  }
+
+  // rebirth asks the gateway to send an edge node a rebirth command and
+  // shows the outcome in the node's row: "rebirth sent", or the answer's
+  // error (a gateway without a login refuses: nobody to trust with it).
+  async function rebirth(group, edgeNode) {
+    const key = edgeKey(group, edgeNode);
+    ui.rebirths.set(key, { pending: true, text: "sending…" });
+    renderSparkplug(ui.sparkplug);
+    let out;
+    try {
+      const r = await postJSON("api/v1/sparkplug/rebirth", { group, edge_node: edgeNode });
+      out = r.ok ? { ok: true, text: "rebirth sent", title: r.data && r.data.sent ? "sent on " + r.data.sent : "" }
+        : { ok: false, text: (r.data && r.data.error) || "the gateway answered HTTP " + r.status };
+    } catch (_) {
+      out = { ok: false, text: "no answer from the gateway" };
+    }
+    out.title = (out.title ? out.title + " · " : "") + "at " + new Date().toLocaleTimeString();
+    ui.rebirths.set(key, out);
+    renderSparkplug(ui.sparkplug);
   }
 
   // --- chart ---
@@ -596,10 +747,19 @@
     if (document.hidden || polling || ui.refused) return; // resumed by the visibilitychange handler
     polling = true;
     try {
-      const [st, gr] = await Promise.all([getJSON("api/v1/status"), getJSON("api/v1/groups")]);
+      // With the Sparkplug awareness off, api/v1/sparkplug is asked only
+      // every SPARKPLUG_OFF_POLLS polls: most gateways have none.
+      const [st, gr, sp] = await Promise.all([getJSON("api/v1/status"), getJSON("api/v1/groups"),
+        ui.sparkplugWait > 0 ? null : getJSON("api/v1/sparkplug")]);
       renderStatus(st);
       lastGroups = gr.groups;
       renderGroups(lastGroups);
+      if (sp) {
+        ui.sparkplugWait = sp.enabled ? 0 : SPARKPLUG_OFF_POLLS;
+        renderSparkplug(sp);
+      } else {
+        ui.sparkplugWait--;
+      }
       setLive(true);
     } catch (e) {
       if (refusedLogin(e)) ui.refused = true;
@@ -638,6 +798,11 @@
       if (!row) return;
       ui.expanded.set(row.dataset.key, !row.dataset.open);
       renderGroups(lastGroups);
+    });
+    $("sparkplug-body").addEventListener("click", (e) => {
+      const b = e.target.closest("button.rebirth");
+      if (!b || b.disabled) return;
+      rebirth(b.dataset.group, b.dataset.edgeNode);
     });
     // A hidden tab fetches and draws nothing; it catches up when shown.
     document.addEventListener("visibilitychange", () => {
