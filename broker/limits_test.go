@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -365,11 +365,10 @@ func BenchmarkPublishRate(b *testing.B) {
 	}{{"off", 0}, {"on", 1 << 30}} {
 		b.Run(bc.name, func(b *testing.B) {
 			_, addr := brokertest.RunServer(b, broker.Options{MaxPublishRate: bc.rate})
-			var mu sync.Mutex
-			var received int64
+			var received atomic.Int64
 			sub, _ := brokertest.Connect(b, addr, rawV5("sub", true))
 			sub.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("bench/#")}}})
-			go benchDrain(sub.Conn, packet.V5, &received, &mu, make(chan struct{}))
+			go brokertest.Drain(sub.Conn, packet.V5, &received)
 			pub, _ := brokertest.Connect(b, addr, rawV5("pub", true))
 			go io.Copy(io.Discard, pub.Conn)
 			payload := make([]byte, 300)
@@ -387,16 +386,13 @@ func BenchmarkPublishRate(b *testing.B) {
 			}
 			deadline := time.Now().Add(5 * time.Second)
 			for {
-				mu.Lock()
-				r := received
-				mu.Unlock()
-				if r >= int64(b.N) || time.Now().After(deadline) {
+				if r := received.Load(); r >= int64(b.N) || time.Now().After(deadline) {
 					break
 				}
 				time.Sleep(100 * time.Microsecond)
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(received)/float64(b.N), "delivered/op")
+			b.ReportMetric(float64(received.Load())/float64(b.N), "delivered/op")
 		})
 	}
 }

@@ -47,6 +47,30 @@ func spPayload(seq, bdSeq int) []byte {
 	return b
 }
 
+// spDDATA encodes a DDATA payload of about 300 bytes: a timestamp, twelve
+// Double metrics by alias, each with its own timestamp, and seq.
+func spDDATA(seq int) []byte {
+	ts := uint64(time.Now().UnixMilli())
+	var b []byte
+	b = protowire.AppendTag(b, 1, protowire.VarintType)
+	b = protowire.AppendVarint(b, ts)
+	for alias := range 12 {
+		var m []byte
+		m = protowire.AppendTag(m, 2, protowire.VarintType)
+		m = protowire.AppendVarint(m, uint64(alias+1))
+		m = protowire.AppendTag(m, 3, protowire.VarintType)
+		m = protowire.AppendVarint(m, ts)
+		m = protowire.AppendTag(m, 4, protowire.VarintType)
+		m = protowire.AppendVarint(m, 10) // Double
+		m = protowire.AppendTag(m, 13, protowire.Fixed64Type)
+		m = protowire.AppendFixed64(m, uint64(alias)*0x3ff0000000000000)
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendBytes(b, m)
+	}
+	b = protowire.AppendTag(b, 3, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(seq))
+}
+
 // edgeNode connects a v5 Sparkplug edge node named edge of group G to addr,
 // its will the NDEATH with bdSeq, and publishes its NBIRTH (seq 0) and a
 // DBIRTH of device D (seq 1).
