@@ -74,7 +74,7 @@ type edge struct {
 	// most recent first: an NDEATH carrying one of them is an earlier
 	// session's, late (on a line, a gateway lets a connection go only
 	// when it learns that another took it over).
-	earlier [recentBirths]int64
+	earlier   [recentBirths]int64
 	willBdSeq int64  // of the NDEATH its connection registered as will; -1 unknown
 	willFrom  string // the client that registered it
 	mismatch  bool   // the birth's bdSeq is not its will's
