@@ -179,7 +179,14 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	bo.Events = tracker
 	var spark *sparkplug.Tracker
 	if *cfg.Sparkplug.Aware {
-		spark = newSparkplug(cfg, cl, &srvRef, log)
+		if spark, err = newSparkplug(cfg, cl, &srvRef, log); err != nil {
+			if cl != nil {
+				cl.Close()
+			}
+			healthReg.Close()
+			store.Close()
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
 		bo.Observer = spark
 		bo.ReservedTopics = []string{sparkplug.ReservedPrefix}
 	}

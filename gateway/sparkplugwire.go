@@ -17,18 +17,25 @@ const sparkplugRoute = sparkplug.Namespace + "/#"
 
 // newSparkplug makes the Sparkplug tracker (docs/sparkplug.md). On a line
 // it asks the other nodes for every Sparkplug message (a route of its own,
-// as a subscriber's would be) and judges an edge node's stale messages
-// with the mesh's view of which gateways are up.
-func newSparkplug(cfg *config.Config, cl *cluster.Cluster, srv *atomic.Pointer[broker.Server], log *slog.Logger) *sparkplug.Tracker {
+// as a subscriber's would be), judges an edge node's stale messages with
+// the mesh's view of which gateways are up, and tells the others the wills
+// its clients register.
+func newSparkplug(cfg *config.Config, cl *cluster.Cluster, srv *atomic.Pointer[broker.Server], log *slog.Logger) (*sparkplug.Tracker, error) {
 	opts := sparkplug.Options{
 		Publish:      func(m *broker.Message) { srv.Load().Publish(m) },
 		MaxEdgeNodes: int(cfg.Sparkplug.MaxEdgeNodes),
 		Logger:       log.With("component", "sparkplug"),
 	}
-	if cl != nil {
-		opts.Node = cfg.NodeID
-		opts.Reachable = cl.Hooks().Available
-		cl.Watch(sparkplugRoute)
+	if cl == nil {
+		return sparkplug.NewTracker(opts), nil
 	}
-	return sparkplug.NewTracker(opts)
+	opts.Node = cfg.NodeID
+	opts.Reachable = cl.Hooks().Available
+	opts.Line = cl
+	cl.Watch(sparkplugRoute)
+	t := sparkplug.NewTracker(opts)
+	if err := cl.Handle(sparkplug.WillCall, t.HandleWill); err != nil {
+		return nil, err
+	}
+	return t, nil
 }

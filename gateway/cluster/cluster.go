@@ -202,6 +202,58 @@ func (c *Cluster) Hooks() broker.Cluster { return c.node }
 // Sparkplug tracker). It lasts as long as the node; call it before Bind.
 func (c *Cluster) Watch(filter string) { c.node.reg.AddRoute(filter) }
 
+// Handle makes this node answer the mesh call method with f, for a part of
+// the gateway that shares something of its own with the other nodes (the
+// Sparkplug tracker). The cluster's own calls cannot be replaced. Call it
+// before Bind.
+func (c *Cluster) Handle(method string, f CallHandler) error {
+	switch method {
+	case callHandOver, callRetained, callReplicaApply, callFailedOver, callSettled:
+		return fmt.Errorf("cluster: mesh call %q is the cluster's own", method)
+	}
+	if c.node.srv != nil {
+		return errors.New("cluster: Handle after Bind")
+	}
+	if c.node.calls == nil {
+		c.node.calls = make(map[string]CallHandler)
+	}
+	c.node.calls[method] = f
+	return nil
+}
+
+// broadcastTimeout bounds each call of a Broadcast.
+const broadcastTimeout = 2 * time.Second
+
+// Broadcast makes the mesh call method with arg on every other node that
+// is reachable now, each in its own goroutine, and returns at once: best
+// effort, for what a node that misses it learns again later (or can do
+// without). Failures are logged at debug level.
+func (c *Cluster) Broadcast(method string, arg []byte) {
+	c.node.peerMu.Lock()
+	nodes := make([]string, 0, len(c.node.peers))
+	for node := range c.node.peers {
+		nodes = append(nodes, node)
+	}
+	open := c.node.meshOpen
+	c.node.peerMu.Unlock()
+	ct, ok := c.node.tr.(CallTransport)
+	if !open || !ok {
+		return
+	}
+	for _, node := range nodes {
+		if !c.node.tr.Available(node) {
+			continue
+		}
+		c.wg.Go(func() { // Close waits for it
+			ctx, cancel := context.WithTimeout(context.Background(), broadcastTimeout)
+			defer cancel()
+			if _, err := ct.Call(ctx, node, method, arg); err != nil {
+				c.log.Debug("mesh broadcast not delivered", "method", method, "node", node, "err", err)
+			}
+		})
+	}
+}
+
 // Addr is the transport's listening address.
 func (c *Cluster) Addr() net.Addr { return c.ln.Addr() }
 

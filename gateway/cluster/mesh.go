@@ -118,6 +118,9 @@ func (h meshHandler) Call(from, method string, arg []byte) ([]byte, error) {
 		}
 		return nil, h.n.held.apply(from, arg)
 	}
+	if f := h.n.calls[method]; f != nil {
+		return f(from, arg)
+	}
 	return nil, fmt.Errorf("cluster: unknown call %q", method)
 }
 

@@ -103,7 +103,14 @@ type Node struct {
 	peerMu   sync.Mutex
 	peers    map[string]string
 	meshOpen bool
+
+	// calls are the mesh calls served for other parts of the gateway
+	// (Cluster.Handle), by method; written only before Bind.
+	calls map[string]CallHandler
 }
+
+// CallHandler answers a mesh call another node (from) made.
+type CallHandler func(from string, arg []byte) ([]byte, error)
 
 // NodeOptions configure a Node made with NewNode.
 type NodeOptions struct {

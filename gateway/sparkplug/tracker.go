@@ -2,7 +2,9 @@ package sparkplug
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -29,6 +31,10 @@ type Options struct {
 	// previous session's while that gateway is reachable, and the line's
 	// publication of its will when it is not. Nil: every gateway is.
 	Reachable func(node string) bool
+	// Line tells the other gateways of a line what only this one knows:
+	// the NDEATH will an edge node's connection here registered, for the
+	// bdSeq check everywhere. Nil on a single gateway.
+	Line Line
 	// MaxEdgeNodes bounds the edge nodes kept; past it an offline one is
 	// forgotten for each new one, and when none is offline new ones are
 	// not tracked (their messages pass, counted as untracked). Default
@@ -37,6 +43,24 @@ type Options struct {
 	// Logger receives notable events (bdSeq mismatches, stale messages
 	// held back). Nil discards them.
 	Logger *slog.Logger
+}
+
+// Line is the part of a line of gateways a Tracker talks to: a best-effort
+// mesh call to every other gateway, answered there by Tracker.HandleWill.
+type Line interface {
+	Broadcast(method string, arg []byte)
+}
+
+// WillCall is the mesh call that carries an edge node's will to the other
+// gateways.
+const WillCall = "sparkplug.will"
+
+// willNote is WillCall's argument.
+type willNote struct {
+	Group  string `json:"group"`
+	Edge   string `json:"edge_node"`
+	Client string `json:"client"`
+	BdSeq  int64  `json:"bdseq"`
 }
 
 // Tracker is a broker.Observer that keeps the state of every Sparkplug edge
@@ -394,9 +418,39 @@ func (t *Tracker) WillSet(c broker.ClientInfo, will *broker.Message) {
 	if e == nil {
 		return
 	}
+	bd := int64(p.BdSeq & (1<<63 - 1))
+	e.setWill(bd, c.ClientID)
+	if t.opts.Line != nil {
+		arg, _ := json.Marshal(willNote{Group: tp.Group, Edge: tp.Edge, Client: c.ClientID, BdSeq: bd})
+		t.opts.Line.Broadcast(WillCall, arg)
+	}
+}
+
+// setWill records the will's bdSeq and checks the current birth against it
+// (a will announced by another gateway may come after the birth).
+func (e *edge) setWill(bdSeq int64, client string) {
 	e.mu.Lock()
-	e.willBdSeq, e.willFrom = int64(p.BdSeq&(1<<63-1)), c.ClientID
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	e.willBdSeq, e.willFrom = bdSeq, client
+	if e.online && e.client == client && e.bdSeq >= 0 {
+		e.mismatch = e.bdSeq != bdSeq
+	}
+}
+
+// HandleWill takes another gateway's WillCall: the will an edge node's
+// connection there registered.
+func (t *Tracker) HandleWill(from string, arg []byte) ([]byte, error) {
+	var n willNote
+	if err := json.Unmarshal(arg, &n); err != nil {
+		return nil, fmt.Errorf("sparkplug: will from %s: %w", from, err)
+	}
+	if n.Group == "" || n.Edge == "" || n.BdSeq < 0 {
+		return nil, fmt.Errorf("sparkplug: will from %s: incomplete", from)
+	}
+	if e := t.edge(edgeKey{n.Group, n.Edge}, true); e != nil {
+		e.setWill(n.BdSeq, n.Client)
+	}
+	return nil, nil
 }
 
 // observeState records a primary host's STATE: Sparkplug 3.0's JSON

@@ -138,6 +138,22 @@ func TestTrackerWillMismatch(t *testing.T) {
 	}
 }
 
+// TestTrackerWillFromTheLine: another gateway's will announcement, after
+// the birth it belongs to, sets the will's bdSeq and judges the birth.
+func TestTrackerWillFromTheLine(t *testing.T) {
+	tr := NewTracker(Options{Node: "n3"})
+	run(t, tr, []step{{nbirth, payload(0, 5), "n1", broker.Watched}})
+	if _, err := tr.HandleWill("n1", []byte(`{"group":"G","edge_node":"E","client":"edge","bdseq":4}`)); err != nil {
+		t.Fatal(err)
+	}
+	if n := tr.Stats(time.Now()).EdgeNodes[0]; !n.Mismatch || n.WillBdSeq != 4 {
+		t.Errorf("after the will: %+v", n)
+	}
+	if _, err := tr.HandleWill("n1", []byte(`{"group":"G"}`)); err == nil {
+		t.Error("an incomplete announcement accepted")
+	}
+}
+
 // TestTrackerBounds: past MaxEdgeNodes an offline edge node is forgotten
 // for a new one, and with none offline new ones go untracked.
 func TestTrackerBounds(t *testing.T) {

@@ -168,8 +168,10 @@ func TestSparkplugLine(t *testing.T) {
 	type edgeJSON struct {
 		Online  bool   `json:"online"`
 		Gateway string `json:"gateway"`
-		Births  uint64 `json:"births"`
-		BdSeq   int64  `json:"bdseq"`
+		Births    uint64 `json:"births"`
+		BdSeq     int64  `json:"bdseq"`
+		WillBdSeq int64  `json:"will_bdseq"`
+		Mismatch  bool   `json:"bdseq_mismatch"`
 	}
 	type spJSON struct {
 		EdgeNodes []struct {
@@ -192,10 +194,12 @@ func TestSparkplugLine(t *testing.T) {
 		}
 		return edgeJSON{}, fmt.Errorf("no edge node E on n%d", i+1)
 	}
-	brokertest.Eventually(t, 10*time.Second, "every node's API shows E online on n1, born 101 times", func() bool {
+	// The will's bdSeq is known where the edge node connected; the other
+	// gateways learn it over the mesh.
+	brokertest.Eventually(t, 10*time.Second, "every node's API shows E online on n1, born 101 times, its will's bdSeq the birth's", func() bool {
 		for i := range 3 {
 			e, err := edgeOn(i)
-			if err != nil || !e.Online || e.Gateway != "n1" || e.Births != rounds+1 || e.BdSeq != rounds {
+			if err != nil || !e.Online || e.Gateway != "n1" || e.Births != rounds+1 || e.BdSeq != rounds || e.WillBdSeq != rounds || e.Mismatch {
 				return false
 			}
 		}
