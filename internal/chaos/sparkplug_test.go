@@ -166,8 +166,8 @@ func TestSparkplugLine(t *testing.T) {
 	t.Logf("%d sessions across n1 and n2: %d births and %d NDEATHs reached n3's host in order", rounds+1, births, deaths)
 
 	type edgeJSON struct {
-		Online  bool   `json:"online"`
-		Gateway string `json:"gateway"`
+		Online    bool   `json:"online"`
+		Gateway   string `json:"gateway"`
 		Births    uint64 `json:"births"`
 		BdSeq     int64  `json:"bdseq"`
 		WillBdSeq int64  `json:"will_bdseq"`
