@@ -138,7 +138,7 @@ func startSparkplugGateway(t *testing.T, tweak func(*config.Config)) *gateway.Ga
 // connection dropped without DISCONNECT publishes its NDEATH, which the
 // API shows, and the certificates stay.
 func TestSparkplugAware(t *testing.T) {
-	g := startSparkplugGateway(t, nil)
+	g := startSparkplugGateway(t, func(c *config.Config) { c.MQTT.SysInterval = new(config.Duration(time.Second)) })
 	addr := g.MQTTAddr().String()
 	host, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "scada", CleanStart: true}, nil)
 	host.Sub("spBv1.0/G/#", 1)
@@ -177,6 +177,12 @@ func TestSparkplugAware(t *testing.T) {
 	}
 	if v := m[`linemq_sparkplug_edge_nodes_online{group="G"}`]; v != 1 {
 		t.Errorf("linemq_sparkplug_edge_nodes_online = %v, want 1", v)
+	}
+
+	sys, _ := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "sys", CleanStart: true}, nil)
+	sys.Sub("$SYS/broker/sparkplug/groups/G/edge_nodes/online", 0)
+	if m := sys.Next(); string(m.Payload) != "1" {
+		t.Errorf("$SYS %s = %q, want 1", m.Topic, m.Payload)
 	}
 
 	edge.NC.Close() // dies without DISCONNECT
