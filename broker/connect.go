@@ -183,12 +183,15 @@ func (c *conn) handleConnect(body []byte) error {
 		}
 		c.srv.claimed(id)
 	}
+	// Read before attach: once attached, a connection taking this one
+	// over may take its will (attach, under the session's lock).
+	w := c.will
 	present, rc := c.srv.attach(c, p.CleanStart, expiry, connack)
 	if rc != packet.Success {
 		return c.refuse(c.version, rc) // a limit: MaxConnections, MaxSessions
 	}
-	if o := opts.Observer; o != nil && c.will != nil {
-		o.WillSet(c.info, c.will.msg)
+	if o := opts.Observer; o != nil && w != nil {
+		o.WillSet(c.info, w.msg)
 	}
 	if ev := opts.Events; ev != nil {
 		ev.ClientConnected(c.info, present)

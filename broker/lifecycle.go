@@ -44,12 +44,13 @@ func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(
 		oldConn = old.conn
 		old.conn = nil
 		if w := oldConnWill(oldConn); w != nil && (w.delay == 0 || cleanStart) {
-			// The will of the connection taken over goes out now, before
-			// the new connection's first packet is read: a client that
-			// reconnects sees its old will come before its new traffic,
-			// never after (a Sparkplug edge node's NDEATH before its new
-			// NBIRTH). Taken from the connection, so that its teardown
-			// does not publish it again.
+			// The will of the connection taken over goes out here, once
+			// its reader has routed what it had read and before the new
+			// connection's first packet is read: a client that
+			// reconnects sees its old will come after its old traffic
+			// and before its new, never after (a Sparkplug edge node's
+			// NDEATH before its new NBIRTH). Taken from the connection,
+			// so that its teardown does not publish it again.
 			oldWill, oldConn.will = w, nil
 		}
 		stopTimer(&old.expiryTimer)
@@ -118,6 +119,12 @@ func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(
 
 	if oldConn != nil {
 		oldConn.kick(packet.SessionTakenOver)
+		// What the old connection's reader already has in hand is
+		// routed before its will goes out (below) and before anything of
+		// this connection's: wait for it. It routes nothing after that
+		// (readLoop).
+		oldConn.rmu.Lock()
+		oldConn.rmu.Unlock()
 	}
 	if ended != nil {
 		srv.endSession(ended)
@@ -159,6 +166,7 @@ func (srv *Server) detach(c *conn, reason packet.ReasonCode) {
 		return
 	}
 	sess.conn = nil
+	sess.dropQueuedQoS0Locked()
 	sess.disconnects++
 	sess.since = now
 	expiry := sess.expiry
@@ -307,7 +315,7 @@ func (srv *Server) WillPublishedElsewhere(clientID string) {
 // PublishWill implements ClusterInbound.
 func (srv *Server) PublishWill(m *Message) {
 	srv.stats.willsPublished.Add(1)
-	srv.Publish(m)
+	srv.publishFrom(m, FromLine)
 }
 
 // flushDelayedWills publishes, at shutdown, every will still waiting out its

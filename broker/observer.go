@@ -17,7 +17,9 @@ type Observer interface {
 	// publish here (after authorisation), a will or a message of the
 	// broker's own (Server.Publish), or a message another node forwarded
 	// to this node's ordinary subscribers. from is "" for the first two
-	// and the sending node's name for the last. Its answer says what
+	// and the sending node's name for the last, but for the will of a
+	// client whose node died, which this node publishes for the line
+	// (ClusterInbound.PublishWill): FromLine. Its answer says what
 	// becomes of the message (see Observation). after, if not nil, is
 	// called once the message has been routed (or held back): between
 	// the two the Observer may hold a lock, so that what it decided about
@@ -30,6 +32,11 @@ type Observer interface {
 	// routed.
 	WillSet(c ClientInfo, will *Message)
 }
+
+// FromLine is the from an Observer is shown for the will of a client whose
+// node died, which this node publishes for the line: it entered the line
+// here, but on behalf of the node the client was connected to.
+const FromLine = "\x00line"
 
 // Observation is an Observer's answer about one message.
 type Observation uint8

@@ -209,6 +209,14 @@ func (r *retainedStore) clearLocked(topic string, only *Message) {
 	}
 }
 
+// RetainedMatching returns the retained messages whose topics match
+// filter (a valid filter; wildcards do not reach '$' topics from the first
+// level, as for a subscription), in the order they were received. It costs
+// what the filter matches, not a scan of every retained topic.
+func (srv *Server) RetainedMatching(filter string) []*Message {
+	return srv.retained.match(filter, srv.clock.Now())
+}
+
 // match returns the retained messages whose topics match filter, leaving out
 // the expired ones, in the order they were received: a subscriber gets a
 // device's configuration before the later message that refers to it (a
@@ -219,8 +227,10 @@ func (r *retainedStore) match(filter string, now time.Time) []*Message {
 	var out []*Message
 	out = r.root.match(filter, true, now, out)
 	r.mu.RUnlock()
+	// By the wall clock (a restored message has no monotonic reading to
+	// compare with a live one's).
 	slices.SortFunc(out, func(a, b *Message) int {
-		return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.Topic, b.Topic))
+		return cmp.Or(cmp.Compare(a.Created.UnixNano(), b.Created.UnixNano()), strings.Compare(a.Topic, b.Topic))
 	})
 	return out
 }

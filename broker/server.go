@@ -276,11 +276,15 @@ func (srv *Server) Close() error {
 
 // Publish routes a message from the broker itself (not from a client), as a
 // bridge or an internal status topic would.
-func (srv *Server) Publish(m *Message) {
+func (srv *Server) Publish(m *Message) { srv.publishFrom(m, "") }
+
+// publishFrom is Publish, telling the Observer where m comes from (see
+// Observer.Observe).
+func (srv *Server) publishFrom(m *Message, from string) {
 	if m.Retain {
 		srv.retain(m)
 	}
-	seen, after := srv.observe(m, "")
+	seen, after := srv.observe(m, from)
 	if seen != HeldBack {
 		var r router
 		r.route(srv, m, nil)

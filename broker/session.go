@@ -145,8 +145,7 @@ func (s *session) deliverLocked(m *Message, qos byte, retain bool, ids *subIDs, 
 			if ids != nil {
 				d.subIDs = *ids
 			}
-			s.enqueueLocked(d)
-			return deliverResult{ok: true}
+			return deliverResult{ok: s.enqueueLocked(d)}
 		}
 		d := delivery{msg: m, retain: retain}
 		if ids != nil {
@@ -159,8 +158,7 @@ func (s *session) deliverLocked(m *Message, qos byte, retain bool, ids *subIDs, 
 			// to it, whatever their QoS (a Sparkplug host must not get
 			// an edge node's QoS 0 NBIRTH before the QoS 1 NDEATH of its
 			// previous session). A full queue drops QoS 0 first.
-			s.enqueueLocked(d)
-			return deliverResult{conn: s.conn, ok: true}
+			return deliverResult{conn: s.conn, ok: s.enqueueLocked(d)}
 		}
 		switch s.sendLocked(&d, 0, now) {
 		case written:
@@ -298,11 +296,12 @@ func (s *session) queuesQoS0Locked() bool {
 	return s.srv.opts.QueueQoS0 && s.expiry != 0
 }
 
-// enqueueLocked appends a QoS 0 delivery for an offline session. QoS 0 is
+// enqueueLocked appends a QoS 0 delivery: for an offline session, or for a
+// connected one whose QoS 1/2 messages wait for its send window. QoS 0 is
 // never promised, so a full queue drops (counted) rather than refuses:
 // another QoS 0 entry, or the oldest entry under drop_oldest, or the new
-// message itself.
-func (s *session) enqueueLocked(d delivery) {
+// message itself; it reports whether d was queued.
+func (s *session) enqueueLocked(d delivery) bool {
 	if s.queueFullLocked() {
 		victim := s.queue.oldestQoS0()
 		if victim < 0 && s.dropsOldest(nil) {
@@ -312,11 +311,25 @@ func (s *session) enqueueLocked(d delivery) {
 			s.dropped++
 			s.srv.stats.droppedQoS0.Add(1)
 			s.overflowLocked()
-			return
+			return false
 		}
 		s.dropLocked(victim)
 	}
 	s.queue.push(d)
+	return true
+}
+
+// dropQueuedQoS0Locked drops the QoS 0 messages waiting in the queue of a
+// session whose connection ended, unless the operator asked for QoS 0 to be
+// kept for offline sessions (Options.QueueQoS0): they waited behind QoS 1/2
+// messages for a connection that is gone.
+func (s *session) dropQueuedQoS0Locked() {
+	if s.queuesQoS0Locked() {
+		return
+	}
+	for s.queue.qos0 > 0 {
+		s.dropLocked(s.queue.oldestQoS0())
+	}
 }
 
 // newPacketID returns an unused packet id for an outbound message.

@@ -200,8 +200,10 @@ func TestClusterMetrics(t *testing.T) {
 	w1, w2 := splitScenario(t, gw1, gw2, "m")
 	sub, _ := mqtttest.DialV5(t, gw2.MQTTAddr().String(), &paho.Connect{ClientID: "m-sub", CleanStart: true}, nil)
 	sub.Sub("fwd/#", 1)
+	// Three routes: each gateway's spBv1.0/# (its Sparkplug tracker's, see
+	// docs/sparkplug.md) and the subscriber's.
 	brokertest.Eventually(t, 10*time.Second, "gw1 sees gw2's route", func() bool {
-		return scrape(t, gw1)["linemq_cluster_registry_routes"] == 1
+		return scrape(t, gw1)["linemq_cluster_registry_routes"] == 3
 	})
 	pub, _ := mqtttest.DialV5(t, gw1.MQTTAddr().String(), &paho.Connect{ClientID: "m-pub2", CleanStart: true}, nil)
 
@@ -277,7 +279,7 @@ func TestClusterMetrics(t *testing.T) {
 			`linemq_cluster_registry_state{state="healthy"}`:  1,
 			`linemq_cluster_registry_state{state="degraded"}`: 0,
 			"linemq_cluster_registry_nodes":                   2,
-			"linemq_cluster_registry_routes":                  1,
+			"linemq_cluster_registry_routes":                  3,
 			"linemq_cluster_registry_members":                 2,
 			"linemq_cluster_registry_resyncs_total":           0,
 			"linemq_cluster_registry_reregistrations_total":   0,

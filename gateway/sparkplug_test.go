@@ -335,6 +335,23 @@ func TestSparkplugRebirth(t *testing.T) {
 		t.Errorf("the edge node got %s %+v %v", m.Topic, p, err)
 	}
 
+	// An ACL that does not let ops publish to the NCMD topic stops the
+	// rebirth too.
+	aclFile := filepath.Join(t.TempDir(), "acl")
+	if err := os.WriteFile(aclFile, []byte("topic readwrite spBv1.0/#\n\nuser ops\ntopic read spBv1.0/#\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	acl := startSparkplugGateway(t, func(c *config.Config) {
+		c.Auth.PasswordFile = pwfile
+		c.Auth.ACLFile = aclFile
+		c.Auth.AllowAnonymous = new(true)
+	})
+	edgeNode(t, acl.MQTTAddr().String(), "edge-E", "E", 0)
+	// 404 until the birth is seen, then 403.
+	brokertest.Eventually(t, 5*time.Second, "the rebirth refused by the ACL", func() bool {
+		return post(acl, "ops", js, `{"group":"G","edge_node":"E"}`) == http.StatusForbidden
+	})
+
 	open := startSparkplugGateway(t, nil)
 	edgeNode(t, open.MQTTAddr().String(), "edge-E", "E", 0)
 	brokertest.Eventually(t, 5*time.Second, "the edge node known", func() bool {

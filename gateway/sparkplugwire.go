@@ -23,6 +23,7 @@ const sparkplugRoute = sparkplug.Namespace + "/#"
 func newSparkplug(cfg *config.Config, cl *cluster.Cluster, srv *atomic.Pointer[broker.Server], log *slog.Logger) (*sparkplug.Tracker, error) {
 	opts := sparkplug.Options{
 		Publish:      func(m *broker.Message) { srv.Load().Publish(m) },
+		Retained:     func(filter string) []*broker.Message { return srv.Load().RetainedMatching(filter) },
 		MaxEdgeNodes: int(cfg.Sparkplug.MaxEdgeNodes),
 		Logger:       log.With("component", "sparkplug"),
 	}

@@ -12,11 +12,11 @@
 // On a line, every node registers a route for spBv1.0/# so that every
 // Sparkplug message reaches every node once; each node keeps the same state
 // and writes the same certificates from what it sees, so a gateway that dies
-// takes nothing of it away. Messages that the protocol says are stale (an
-// NDEATH whose bdSeq is not the current birth's, or an earlier session's
-// messages arriving after its successor's NBIRTH from another gateway) are
-// held back, so that a subscriber never sees a session's messages mixed
-// with the next one's.
+// takes nothing of it away. Messages that are an earlier session's (an
+// NDEATH carrying the bdSeq of one of the last births but not the current
+// one, or messages entering at another gateway than the current birth did,
+// moments after it) are held back, so that a subscriber never sees a
+// session's messages mixed with the next one's.
 //
 // Payloads that are not Sparkplug (bad protobuf, a missing sequence number)
 // pass through untouched and are counted.

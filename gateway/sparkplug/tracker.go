@@ -31,6 +31,11 @@ type Options struct {
 	// previous session's while that gateway is reachable, and the line's
 	// publication of its will when it is not. Nil: every gateway is.
 	Reachable func(node string) bool
+	// Retained returns the retained messages matching a filter
+	// (broker.Server.RetainedMatching): on a new NBIRTH the previous
+	// session's DBIRTH certificates are found there, also those written
+	// before a restart. Nil: only those this Tracker wrote are cleared.
+	Retained func(filter string) []*broker.Message
 	// Line tells the other gateways of a line what only this one knows:
 	// the NDEATH will an edge node's connection here registered, for the
 	// bdSeq check everywhere. Nil on a single gateway.
@@ -99,9 +104,12 @@ type edge struct {
 	// session's, late (on a line, a gateway lets a connection go only
 	// when it learns that another took it over).
 	earlier   [recentBirths]int64
-	willBdSeq int64  // of the NDEATH its connection registered as will; -1 unknown
-	willFrom  string // the client that registered it
-	mismatch  bool   // the birth's bdSeq is not its will's
+	nEarlier  int       // entries of earlier in use
+	bornAt    time.Time // when this gateway judged the current birth
+	missed    uint64    // births this gateway missed (staleWindow)
+	willBdSeq int64     // of the NDEATH its connection registered as will; -1 unknown
+	willFrom  string    // the client that registered it
+	mismatch  bool      // the birth's bdSeq is not its will's
 
 	seq                                                       int // last sequence number seen; -1 none
 	births, deaths, gaps, outOfOrder, messages, invalid, held uint64
@@ -183,17 +191,25 @@ func (t *Tracker) Observe(m *broker.Message, from string) (broker.Observation, f
 		// A new session: its devices are born again after it, and until
 		// then the previous session's DBIRTH certificates would describe
 		// devices that may be gone, and reach a new subscriber before
-		// anything of the new session's. They are cleared.
-		for d := range e.devices {
-			tp := Topic{Kind: DBIRTH, Group: tp.Group, Edge: tp.Edge, Device: d}
-			clears = append(clears, broker.NewMessage(certificateTopic(tp), nil, 1, true))
+		// anything of the new session's. They are cleared: those in the
+		// retained store (written before a restart too), else those this
+		// Tracker knows of.
+		if t.opts.Retained != nil {
+			for _, c := range t.opts.Retained(certificateTopic(Topic{Kind: DBIRTH, Group: tp.Group, Edge: tp.Edge, Device: "+"})) {
+				clears = append(clears, broker.NewMessage(c.Topic, nil, 1, true))
+			}
+		} else {
+			for d := range e.devices {
+				tp := Topic{Kind: DBIRTH, Group: tp.Group, Edge: tp.Edge, Device: d}
+				clears = append(clears, broker.NewMessage(certificateTopic(tp), nil, 1, true))
+			}
 		}
 	}
 	verdict := e.observe(t, tp, &p, valid, m, from)
 	if verdict == broker.HeldBack {
 		e.mu.Unlock()
 		t.heldBack.Add(1)
-		t.opts.Logger.Info("sparkplug: held back a stale message of an earlier session", "topic", m.Topic, "from", from)
+		t.opts.Logger.Debug("sparkplug: held back a stale message of an earlier session", "topic", m.Topic, "from", from)
 		return verdict, nil
 	}
 	if t.opts.Publish != nil {
@@ -220,9 +236,11 @@ func (e *edge) observe(t *Tracker, tp Topic, p *Payload, valid bool, m *broker.M
 	if tp.Kind == NBIRTH {
 		e.online, e.birthFrom, e.client, e.since = true, from, m.Origin, m.Created
 		e.births++
+		e.bornAt = time.Now()
 		if e.bdSeq >= 0 {
 			copy(e.earlier[1:], e.earlier[:])
 			e.earlier[0] = e.bdSeq
+			e.nEarlier = min(e.nEarlier+1, recentBirths)
 		}
 		e.bdSeq = -1
 		if p.HasBdSeq {
@@ -254,11 +272,19 @@ func (e *edge) observe(t *Tracker, tp Topic, p *Payload, valid bool, m *broker.M
 		e.count(m.Created)
 		return broker.Watched
 	}
-	if e.online && from != e.birthFrom {
-		// The edge node's current session was born at another gateway:
-		// this is its previous session's, still on its way.
-		e.held++
-		return broker.HeldBack
+	if e.online && from != e.birthFrom && from != broker.FromLine {
+		if time.Since(e.bornAt) < staleWindow {
+			// The edge node's current session was born at another
+			// gateway a moment ago: this is its previous session's,
+			// still on its way.
+			e.held++
+			return broker.HeldBack
+		}
+		// Long after the birth: this gateway missed the edge node's
+		// newer birth (a QoS 0 forward lost with its link). Its data
+		// passes, so that a host notices and asks for a rebirth.
+		e.birthFrom = from
+		e.missed++
 	}
 	e.checkSeq(int(p.Seq))
 	switch tp.Kind {
@@ -284,6 +310,14 @@ const maxDevices = 1024
 // recentBirths is how many earlier births' bdSeqs an edge node remembers.
 const recentBirths = 8
 
+// staleWindow is how long after an edge node's birth at one gateway its
+// messages entering at another are taken for its previous session's: the
+// time the previous gateway needs to learn of the takeover and let the
+// connection go (an etcd watch event, milliseconds on a healthy line).
+// Past it, they are taken for a newer session whose birth this gateway
+// missed.
+const staleWindow = 5 * time.Second
+
 // staleDeath reports whether an NDEATH belongs to a session before the
 // current birth: its bdSeq is one of the recent earlier births' (and not
 // the current one's), or it entered at another gateway than the birth
@@ -295,7 +329,7 @@ func (e *edge) staleDeath(t *Tracker, p *Payload, from string) bool {
 	if p.HasBdSeq && e.bdSeq >= 0 {
 		b := int64(p.BdSeq & (1<<63 - 1))
 		if b != e.bdSeq {
-			for _, x := range e.earlier[:min(int(e.births)-1, recentBirths)] {
+			for _, x := range e.earlier[:e.nEarlier] {
 				if x == b {
 					return true
 				}
@@ -303,7 +337,8 @@ func (e *edge) staleDeath(t *Tracker, p *Payload, from string) bool {
 			return false
 		}
 	}
-	return from != e.birthFrom && e.birthFrom != t.self && t.reachable(e.birthFrom)
+	return from != e.birthFrom && from != broker.FromLine && e.birthFrom != t.self &&
+		time.Since(e.bornAt) < staleWindow && t.reachable(e.birthFrom)
 }
 
 func (t *Tracker) reachable(node string) bool {
@@ -360,12 +395,14 @@ func (e *edge) rate(now time.Time) uint32 {
 	return 0
 }
 
-// edge returns the state of k, made if create or absent and there is room.
+// edge returns the state of k; if there is none, one made when create and
+// there is room (only a birth or a will makes one: any other message naming
+// a new edge node would let a client fill the table with junk names).
 func (t *Tracker) edge(k edgeKey, create bool) *edge {
 	t.mu.RLock()
 	e := t.edges[k]
 	t.mu.RUnlock()
-	if e != nil {
+	if e != nil || !create {
 		return e
 	}
 	t.mu.Lock()
@@ -522,6 +559,9 @@ func (t *Tracker) Rebirth(group, edgeNode string, now time.Time) error {
 	if !ok {
 		return ErrUnknownEdgeNode
 	}
+	if t.opts.Publish == nil {
+		return errors.New("sparkplug: this tracker cannot publish")
+	}
 	t.rebirths.Add(1)
 	t.opts.Publish(broker.NewMessage(Namespace+"/"+group+"/NCMD/"+edgeNode, RebirthCommand(now), 0, false))
 	return nil
@@ -541,10 +581,11 @@ type EdgeNode struct {
 	Births     uint64    `json:"births"`
 	Deaths     uint64    `json:"deaths"`
 	Messages   uint64    `json:"messages"`
-	SeqGaps    uint64    `json:"seq_gaps"`     // messages missing from the sequence
-	OutOfOrder uint64    `json:"out_of_order"` // messages that came after a later one
-	Invalid    uint64    `json:"invalid"`      // payloads that were not Sparkplug
-	HeldBack   uint64    `json:"held_back"`    // stale messages kept from subscribers
+	SeqGaps    uint64    `json:"seq_gaps"`      // messages missing from the sequence
+	OutOfOrder uint64    `json:"out_of_order"`  // messages that came after a later one
+	Invalid    uint64    `json:"invalid"`       // payloads that were not Sparkplug
+	HeldBack   uint64    `json:"held_back"`     // stale messages kept from subscribers
+	Missed     uint64    `json:"births_missed"` // newer births this gateway did not see (their data passed)
 	LastSeen   time.Time `json:"last_seen"`
 	Devices    int       `json:"devices"`
 	DevicesOn  int       `json:"devices_online"`
@@ -578,7 +619,7 @@ type Stats struct {
 	Hosts        []Host     `json:"hosts"`
 	NotSparkplug uint64     `json:"not_sparkplug"` // messages under spBv1.0/ that were not Sparkplug
 	HeldBack     uint64     `json:"held_back"`
-	Untracked    uint64     `json:"untracked"` // messages of edge nodes past max_edge_nodes
+	Untracked    uint64     `json:"untracked"` // messages of edge nodes without state here: not born since this gateway started, or past max_edge_nodes
 	Certificates uint64     `json:"certificates_published"`
 	Rebirths     uint64     `json:"rebirths_requested"`
 }
@@ -595,7 +636,7 @@ func (t *Tracker) Stats(now time.Time) Stats {
 		e.mu.Lock()
 		n := EdgeNode{Group: k.group, EdgeNode: k.edge, Online: e.online, Since: e.since, Client: e.client,
 			BdSeq: e.bdSeq, WillBdSeq: e.willBdSeq, Mismatch: e.mismatch, Births: e.births, Deaths: e.deaths,
-			Messages: e.messages, SeqGaps: e.gaps, OutOfOrder: e.outOfOrder, Invalid: e.invalid, HeldBack: e.held,
+			Messages: e.messages, SeqGaps: e.gaps, OutOfOrder: e.outOfOrder, Invalid: e.invalid, HeldBack: e.held, Missed: e.missed,
 			LastSeen: e.lastSeen, Devices: len(e.devices), Rate: e.rate(now)}
 		if e.online {
 			n.Gateway = e.birthFrom

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/gateway/sparkplug"
 )
 
@@ -65,6 +66,16 @@ func (s *Server) handleRebirth(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusBadRequest, msg)
 		return
 	}
+	topic := sparkplug.Namespace + "/" + req.Group + "/NCMD/" + req.EdgeNode
+	if acl, ok := s.opts.Login.Verifier.(publishChecker); ok {
+		// The command is published for the user: the ACL that would
+		// stop them sending it over MQTT stops them here too.
+		user, _, _ := r.BasicAuth()
+		if !acl.CanPublish(broker.ClientInfo{Username: user}, topic) {
+			writeError(w, r, http.StatusForbidden, "the ACL does not let "+strconv.Quote(user)+" publish to "+topic)
+			return
+		}
+	}
 	err := s.opts.Sparkplug.Rebirth(req.Group, req.EdgeNode, s.clock.Now())
 	switch {
 	case errors.Is(err, sparkplug.ErrUnknownEdgeNode):
@@ -75,9 +86,13 @@ func (s *Server) handleRebirth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("sparkplug rebirth requested", "group", req.Group, "edge_node", req.EdgeNode, "remote", r.RemoteAddr)
-	writeJSON(w, r, http.StatusAccepted, map[string]string{
-		"sent": sparkplug.Namespace + "/" + req.Group + "/NCMD/" + req.EdgeNode,
-	})
+	writeJSON(w, r, http.StatusAccepted, map[string]string{"sent": topic})
+}
+
+// publishChecker is the part of the MQTT authorisation (gateway/auth's
+// Authenticator, the Login's Verifier) that a rebirth asks.
+type publishChecker interface {
+	CanPublish(c broker.ClientInfo, topic string) bool
 }
 
 // sparkplugCollector exports the linemq_sparkplug_* families. Per group
