@@ -291,15 +291,7 @@ func (srv *Server) ForwardFrom(node string, m *Message) {
 	if m.Retain {
 		srv.retainFrom(m)
 	}
-	seen, after := srv.observe(m, node)
-	if seen != HeldBack {
-		var r router
-		r.route(srv, m, nil)
-		r.flush()
-	}
-	if after != nil {
-		after()
-	}
+	srv.routeObserved(m, node)
 }
 
 // forwardAcked routes a message another node's outbox handed over to this

@@ -284,6 +284,12 @@ func (srv *Server) publishFrom(m *Message, from string) {
 	if m.Retain {
 		srv.retain(m)
 	}
+	srv.routeObserved(m, from)
+}
+
+// routeObserved shows m to the Observer and routes it unless the Observer
+// holds it back: for a message with no connection to flush or acknowledge.
+func (srv *Server) routeObserved(m *Message, from string) {
 	seen, after := srv.observe(m, from)
 	if seen != HeldBack {
 		var r router

@@ -26,25 +26,9 @@ import (
 // and a bdSeq metric (Int64, as the specification's examples) when bdSeq
 // >= 0.
 func spPayload(seq, bdSeq int) []byte {
-	var b []byte
-	b = protowire.AppendTag(b, 1, protowire.VarintType)
-	b = protowire.AppendVarint(b, uint64(time.Now().UnixMilli()))
-	if bdSeq >= 0 {
-		var m []byte
-		m = protowire.AppendTag(m, 1, protowire.BytesType)
-		m = protowire.AppendString(m, "bdSeq")
-		m = protowire.AppendTag(m, 4, protowire.VarintType)
-		m = protowire.AppendVarint(m, 4)
-		m = protowire.AppendTag(m, 11, protowire.VarintType)
-		m = protowire.AppendVarint(m, uint64(bdSeq))
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendBytes(b, m)
-	}
-	if seq >= 0 {
-		b = protowire.AppendTag(b, 3, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(seq))
-	}
-	return b
+	p := sparkplug.Payload{Timestamp: uint64(time.Now().UnixMilli()), HasTimestamp: true,
+		Seq: uint64(max(seq, 0)), HasSeq: seq >= 0, BdSeq: uint64(max(bdSeq, 0)), HasBdSeq: bdSeq >= 0}
+	return p.Append(nil)
 }
 
 // spDDATA encodes a DDATA payload of about 300 bytes: a timestamp, twelve
@@ -372,12 +356,21 @@ func sessionOrder(t *testing.T, msgs []*paho.Publish) (births int) {
 	current := -1 // bdSeq of the last NBIRTH
 	born := false
 	seen := map[string]bool{}
+	dupsWithoutDUP := 0
+	defer func() {
+		if dupsWithoutDUP > 0 {
+			t.Logf("%d messages received again without DUP (not what this test checks)", dupsWithoutDUP)
+		}
+	}()
 	for i, m := range msgs {
 		key := m.Topic + "\x00" + string(m.Payload)
-		if m.Duplicate() && seen[key] {
+		if seen[key] {
 			// A QoS 1 message resent to a resumed session whose
 			// acknowledgement had not arrived: the same message again,
-			// told apart by its DUP flag, not a message out of order.
+			// not a message out of order (what is checked here).
+			if !m.Duplicate() {
+				dupsWithoutDUP++
+			}
 			continue
 		}
 		seen[key] = true

@@ -124,6 +124,33 @@ func bdSeqOf(m []byte) (v uint64, ok bool, err error) {
 	return val, named && hasVal, nil
 }
 
+// Append appends p encoded as a Sparkplug B payload: its timestamp and seq
+// where set, and a bdSeq metric (Int64) where set. Metrics is not encoded
+// (it counts what Decode found). For tools and tests that play an edge
+// node.
+func (p Payload) Append(b []byte) []byte {
+	if p.HasTimestamp {
+		b = protowire.AppendTag(b, fieldTimestamp, protowire.VarintType)
+		b = protowire.AppendVarint(b, p.Timestamp)
+	}
+	if p.HasBdSeq {
+		var m []byte
+		m = protowire.AppendTag(m, metricName, protowire.BytesType)
+		m = protowire.AppendString(m, bdSeqName)
+		m = protowire.AppendTag(m, metricDatatype, protowire.VarintType)
+		m = protowire.AppendVarint(m, typeInt64)
+		m = protowire.AppendTag(m, metricLong, protowire.VarintType)
+		m = protowire.AppendVarint(m, p.BdSeq)
+		b = protowire.AppendTag(b, fieldMetrics, protowire.BytesType)
+		b = protowire.AppendBytes(b, m)
+	}
+	if p.HasSeq {
+		b = protowire.AppendTag(b, fieldSeq, protowire.VarintType)
+		b = protowire.AppendVarint(b, p.Seq)
+	}
+	return b
+}
+
 // RebirthCommand encodes an NCMD payload asking an edge node for a rebirth:
 // the Node Control/Rebirth metric, Boolean true, stamped with now.
 func RebirthCommand(now time.Time) []byte {

@@ -4,30 +4,14 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protowire"
-
 	"github.com/linemq/linemq/broker"
 )
 
 // payload encodes a Sparkplug B payload with seq (>= 0) and bdSeq (>= 0).
 func payload(seq, bdSeq int) []byte {
-	var b []byte
-	b = protowire.AppendTag(b, fieldTimestamp, protowire.VarintType)
-	b = protowire.AppendVarint(b, 1_700_000_000_000)
-	if bdSeq >= 0 {
-		var m []byte
-		m = protowire.AppendTag(m, metricName, protowire.BytesType)
-		m = protowire.AppendString(m, bdSeqName)
-		m = protowire.AppendTag(m, metricLong, protowire.VarintType)
-		m = protowire.AppendVarint(m, uint64(bdSeq))
-		b = protowire.AppendTag(b, fieldMetrics, protowire.BytesType)
-		b = protowire.AppendBytes(b, m)
-	}
-	if seq >= 0 {
-		b = protowire.AppendTag(b, fieldSeq, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(seq))
-	}
-	return b
+	p := Payload{Timestamp: 1_700_000_000_000, HasTimestamp: true,
+		Seq: uint64(max(seq, 0)), HasSeq: seq >= 0, BdSeq: uint64(max(bdSeq, 0)), HasBdSeq: bdSeq >= 0}
+	return p.Append(nil)
 }
 
 // msg makes a message as a client's publish on some gateway would be.

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/gateway/sparkplug"
@@ -22,23 +21,9 @@ import (
 // spPayload encodes a Sparkplug B payload with seq (when >= 0) and a bdSeq
 // metric (when >= 0).
 func spPayload(seq, bdSeq int) []byte {
-	var b []byte
-	b = protowire.AppendTag(b, 1, protowire.VarintType)
-	b = protowire.AppendVarint(b, uint64(time.Now().UnixMilli()))
-	if bdSeq >= 0 {
-		var m []byte
-		m = protowire.AppendTag(m, 1, protowire.BytesType)
-		m = protowire.AppendString(m, "bdSeq")
-		m = protowire.AppendTag(m, 11, protowire.VarintType)
-		m = protowire.AppendVarint(m, uint64(bdSeq))
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendBytes(b, m)
-	}
-	if seq >= 0 {
-		b = protowire.AppendTag(b, 3, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(seq))
-	}
-	return b
+	p := sparkplug.Payload{Timestamp: uint64(time.Now().UnixMilli()), HasTimestamp: true,
+		Seq: uint64(max(seq, 0)), HasSeq: seq >= 0, BdSeq: uint64(max(bdSeq, 0)), HasBdSeq: bdSeq >= 0}
+	return p.Append(nil)
 }
 
 // TestSparkplugLine: a line of three linemq processes, each hosting an
