@@ -91,11 +91,6 @@ type conn struct {
 	aliasOut  map[string]uint16
 	nextAlias uint16
 
-	// rmu is held while the reader handles what one read brought: a
-	// connection taking this one's session over waits for it (attach),
-	// so that nothing this connection sent is routed after its will.
-	rmu sync.Mutex
-
 	// The writer side, guarded by wmu.
 	wmu          sync.Mutex
 	out          []byte
@@ -223,20 +218,12 @@ func (c *conn) readLoop() (packet.ReasonCode, error) {
 		c.rbuf = buf
 		if n > 0 {
 			c.kaDeadline = time.Time{} // data arrived: the keep alive starts again
-			c.rmu.Lock()
-			if c.connected && c.takenOver() {
-				// What arrived after the takeover is not routed: the
-				// new connection's traffic follows this one's will.
-				c.rmu.Unlock()
-				return 0, errTakenOver
-			}
 			c.sc = c.srv.scratch.Get().(*scratch)
 			off, rerr := c.frames(buf)
 			c.srv.scratch.Put(c.sc)
 			c.sc = nil
 			c.releaseAcks()
 			c.flush()
-			c.rmu.Unlock()
 			if rerr == errClientDisconnect || rerr == errRefused {
 				return 0, rerr
 			}
@@ -584,17 +571,6 @@ func (c *conn) accountLocked() {
 		c.counted = n
 	}
 }
-
-// takenOver reports whether another connection took this one's session.
-func (c *conn) takenOver() bool {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	return c.takeover
-}
-
-// errTakenOver ends the read loop of a connection whose session another
-// connection took.
-var errTakenOver = errors.New("session taken over by a new connection")
 
 func (c *conn) isClosing() bool {
 	c.wmu.Lock()

@@ -44,13 +44,14 @@ func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(
 		oldConn = old.conn
 		old.conn = nil
 		if w := oldConnWill(oldConn); w != nil && (w.delay == 0 || cleanStart) {
-			// The will of the connection taken over goes out here, once
-			// its reader has routed what it had read and before the new
-			// connection's first packet is read: a client that
-			// reconnects sees its old will come after its old traffic
-			// and before its new, never after (a Sparkplug edge node's
-			// NDEATH before its new NBIRTH). Taken from the connection,
-			// so that its teardown does not publish it again.
+			// The will of the connection taken over goes out here,
+			// before the new connection's first packet is read: a client
+			// that reconnects sees its old will come before its new
+			// traffic, never after (a Sparkplug edge node's NDEATH before
+			// its new NBIRTH). Taken from the connection, so that its
+			// teardown does not publish it again. (A packet the old
+			// connection's reader is routing at this very moment may
+			// still come after the will.)
 			oldWill, oldConn.will = w, nil
 		}
 		stopTimer(&old.expiryTimer)
@@ -119,12 +120,6 @@ func (srv *Server) attach(c *conn, cleanStart bool, expiry uint32, connack func(
 
 	if oldConn != nil {
 		oldConn.kick(packet.SessionTakenOver)
-		// What the old connection's reader already has in hand is
-		// routed before its will goes out (below) and before anything of
-		// this connection's: wait for it. It routes nothing after that
-		// (readLoop).
-		oldConn.rmu.Lock()
-		oldConn.rmu.Unlock()
 	}
 	if ended != nil {
 		srv.endSession(ended)
