@@ -327,8 +327,16 @@ func (s *session) dropQueuedQoS0Locked() {
 	if s.queuesQoS0Locked() {
 		return
 	}
-	for s.queue.qos0 > 0 {
-		s.dropLocked(s.queue.oldestQoS0())
+	// From the newest back, so that removing one leaves the positions of
+	// those still to look at in place. A retained feed (a queue entry
+	// with qos 0 too) is not a QoS 0 message: it stays, for the
+	// reconnection.
+	for i := s.queue.len() - 1; i >= 0 && s.queue.qos0 > 0; i-- {
+		if d := s.queue.at(i); d.qos == 0 && d.feed == nil {
+			s.queue.removeAt(i)
+			s.dropped++
+			s.srv.stats.droppedQoS0.Add(1)
+		}
 	}
 }
 
@@ -464,8 +472,15 @@ func (s *session) pumpLocked() {
 		return
 	}
 	now := s.srv.clock.Now()
-	for s.queue.len() > 0 && s.windowOpenLocked() {
-		if head := s.queue.at(0); head.feed != nil {
+	for s.queue.len() > 0 {
+		head := s.queue.at(0)
+		// A QoS 0 message at the head goes whether the window has room
+		// or not: it waited only to keep its place behind what was
+		// queued before it.
+		if (head.qos > 0 || head.feed != nil) && !s.windowOpenLocked() {
+			break
+		}
+		if head.feed != nil {
 			if !s.feedLocked(head, now) {
 				break
 			}
