@@ -16,7 +16,6 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/linemq/linemq/broker/brokertest"
-	"github.com/linemq/linemq/gateway/auth"
 	"github.com/linemq/linemq/gateway/config"
 	"github.com/linemq/linemq/gateway/sparkplug"
 	"github.com/linemq/linemq/internal/mqtttest"
@@ -100,14 +99,7 @@ func (e *tahuEdge) await(t *testing.T, event string) map[string]any {
 // births again; SIGKILLed, it dies without DISCONNECT and its NDEATH will
 // (bdSeq in a UInt64 metric, as Tahu writes it) marks it offline.
 func TestSparkplugTahuEdgeNode(t *testing.T) {
-	pwfile := filepath.Join(t.TempDir(), "passwd")
-	h, err := auth.NewHash([]byte("op-pass"), 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(pwfile, []byte("ops:"+h+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pwfile := opsPasswordFile(t)
 	g := startSparkplugGateway(t, func(c *config.Config) {
 		c.Auth.PasswordFile = pwfile
 		c.Auth.AllowAnonymous = new(true)

@@ -71,6 +71,21 @@ func edgeNode(t *testing.T, addr, client, edge string, bdSeq int) *mqtttest.V5 {
 	return c
 }
 
+// opsPasswordFile writes a password file with one user, ops (password
+// op-pass), for the tests that log in to the status page.
+func opsPasswordFile(t *testing.T) string {
+	t.Helper()
+	pwfile := filepath.Join(t.TempDir(), "passwd")
+	h, err := auth.NewHash([]byte("op-pass"), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pwfile, []byte("ops:"+h+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return pwfile
+}
+
 // sparkplugState reads /api/v1/sparkplug.
 type sparkplugState struct {
 	Enabled bool `json:"enabled"`
@@ -253,14 +268,7 @@ func TestSparkplugNotSparkplugPassesThrough(t *testing.T) {
 // login the gateway refuses (403), an unknown edge node is 404, a form
 // post 415.
 func TestSparkplugRebirth(t *testing.T) {
-	pwfile := filepath.Join(t.TempDir(), "passwd")
-	h, err := auth.NewHash([]byte("op-pass"), 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(pwfile, []byte("ops:"+h+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pwfile := opsPasswordFile(t)
 	g := startSparkplugGateway(t, func(c *config.Config) {
 		c.Auth.PasswordFile = pwfile
 		c.Auth.AllowAnonymous = new(true)

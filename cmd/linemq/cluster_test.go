@@ -65,14 +65,18 @@ func startWorker(t *testing.T, addr, id string, clean bool, got *crashTracker) *
 // receives in got, acknowledging each.
 func startSubscriber(t *testing.T, addr, id, filter string, clean bool, got *crashTracker) *worker {
 	t.Helper()
-	c, present, err := dialMQTT(addr, id, clean)
+	var (
+		c       *brokertest.Client
+		present bool
+		err     error
+	)
 	// Right after a fault a gateway may refuse a session it cannot get
 	// from the node that holds it yet (0x88, try again): the client tries
 	// again, as MQTT clients do, for a bounded time.
-	for deadline := time.Now().Add(20 * time.Second); err != nil && strings.Contains(err.Error(), packet.ServerUnavailable.String()) && time.Now().Before(deadline); {
-		time.Sleep(200 * time.Millisecond)
+	brokertest.Until(20*time.Second, func() bool {
 		c, present, err = dialMQTT(addr, id, clean)
-	}
+		return err == nil || !strings.Contains(err.Error(), packet.ServerUnavailable.String())
+	})
 	if err != nil {
 		t.Fatalf("%s: %v", id, err)
 	}

@@ -516,34 +516,24 @@ func (t *Tracker) observeState(name string, m *broker.Message) {
 // maxHosts bounds the primary hosts remembered.
 const maxHosts = 256
 
-// stateOnline reads a STATE payload.
+// stateOnline reads a STATE payload: Sparkplug 3.0's JSON
+// ({"online": true, "timestamp": ...}) or 2.2's ONLINE/OFFLINE. STATE
+// messages are rare (a host's birth and death), so the JSON decoder's
+// allocations do not matter.
 func stateOnline(b []byte) (online, ok bool) {
-	s := strings.TrimSpace(string(b))
-	switch s {
+	switch s := strings.TrimSpace(string(b)); s {
 	case "ONLINE":
 		return true, true
 	case "OFFLINE":
 		return false, true
 	}
-	// Sparkplug 3.0: {"online" : true, "timestamp" : 1668114759262}; read
-	// without a JSON decoder's allocations, tolerant of spacing.
-	i := strings.Index(s, `"online"`)
-	if i < 0 || s == "" || s[0] != '{' {
+	var st struct {
+		Online *bool `json:"online"`
+	}
+	if json.Unmarshal(b, &st) != nil || st.Online == nil {
 		return false, false
 	}
-	rest := strings.TrimLeft(s[i+len(`"online"`):], " \t\r\n")
-	rest, found := strings.CutPrefix(rest, ":")
-	if !found {
-		return false, false
-	}
-	rest = strings.TrimLeft(rest, " \t\r\n")
-	switch {
-	case strings.HasPrefix(rest, "true"):
-		return true, true
-	case strings.HasPrefix(rest, "false"):
-		return false, true
-	}
-	return false, false
+	return *st.Online, true
 }
 
 // ErrUnknownEdgeNode is returned for a rebirth request naming an edge node
