@@ -82,6 +82,14 @@ type Cluster interface {
 	// that did not ask for it): the line must not publish it either.
 	DropWill(clientID, ref string)
 
+	// View returns a number that grows with the view of the other nodes
+	// this node routes by (the registry revision its routes and sessions
+	// reflect), 0 if it has none. A message forwarded carries it: the
+	// node a session was adopted on from its replica does not give that
+	// session a forward routed by a view older than the adoption (the
+	// sender routed it to the session where it was before).
+	View() uint64
+
 	// Retain sends a retained message published here (or the clear of
 	// one: an empty payload) to every other node except those in skip,
 	// which had it forwarded already; every node keeps every retained
@@ -132,7 +140,7 @@ type ClusterInbound interface {
 	// ReplicaSnapshot, AdoptReplica, DropReplicated and NodeFailedOver
 	// serve the replicas of persistent sessions (replica.go).
 	ReplicaSnapshot(clientID string, f func(st *SessionState)) bool
-	AdoptReplica(st *SessionState, disconnected time.Time) error
+	AdoptReplica(st *SessionState, disconnected time.Time, view uint64) error
 	DropReplicated(clientID string, upTo uint64, owner string)
 	NodeFailedOver(node string)
 }
@@ -267,6 +275,12 @@ func (r *router) forwardRemote(srv *Server, m *Message) {
 		if slices.Contains(r.nodes, rr.node) {
 			continue
 		}
+		if len(r.nodes) == 0 {
+			// Read after the local deliveries: a view newer than the
+			// one they were made by costs a duplicate at worst, an
+			// older one could lose the message (see deliverLocked).
+			m.view.Store(srv.opts.Cluster.View())
+		}
 		r.nodes = append(r.nodes, rr.node)
 		srv.stats.clusterForwards.Add(1)
 		if m.QoS > 0 && !srv.opts.Forwards.BestEffort {
@@ -397,6 +411,11 @@ var ErrNotHere = errors.New("broker: not here")
 // from the sending node: m goes to its ordinary subscriptions (redirect.go).
 func (srv *Server) DeliverFrom(from string, to RemoteMember, m *Message, done func(accepted bool, err error)) {
 	m.fromPeer = true
+	if to.ClientID != "" {
+		// Sent to this client by name, not routed by the sender's view
+		// of where it is: no session passes it over (deliverLocked).
+		m.view.Store(0)
+	}
 	switch {
 	case to.ClientID == "":
 		srv.forwardAcked(from, m, done)

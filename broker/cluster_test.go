@@ -25,6 +25,7 @@ type memCluster struct {
 	mu    *sync.Mutex // guards nodes, which grows while the first nodes already run
 	nodes map[string]*broker.Server
 	down  map[string]*atomic.Bool
+	views map[string]*atomic.Uint64 // each node's Cluster.View, set by the test
 	wg    *sync.WaitGroup
 }
 
@@ -39,12 +40,22 @@ type memNet struct {
 	mu    sync.Mutex
 	nodes map[string]*broker.Server
 	down  map[string]*atomic.Bool
+	views map[string]*atomic.Uint64
 	wg    sync.WaitGroup
 }
 
 func (n *memNet) cluster(self string) *memCluster {
-	return &memCluster{self: self, mu: &n.mu, nodes: n.nodes, down: n.down, wg: &n.wg}
+	return &memCluster{self: self, mu: &n.mu, nodes: n.nodes, down: n.down, views: n.views, wg: &n.wg}
 }
+
+// wire is the copy of m another node receives: what the transport encodes.
+func wire(m *broker.Message) *broker.Message {
+	c := m.Clone()
+	c.SetView(m.View())
+	return c
+}
+
+func (c *memCluster) View() uint64 { return c.views[c.self].Load() }
 
 func (c *memCluster) Forward(node string, m *broker.Message) {
 	if c.down[node].Load() {
@@ -53,7 +64,7 @@ func (c *memCluster) Forward(node string, m *broker.Message) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		c.node(node).ForwardFrom(c.self, m.Clone())
+		c.node(node).ForwardFrom(c.self, wire(m))
 	}()
 }
 
@@ -67,7 +78,7 @@ func (c *memCluster) Deliver(to broker.RemoteMember, m *broker.Message, done fun
 			done(errNodeDown)
 			return
 		}
-		c.node(to.Node).DeliverFrom(c.self, to, m.Clone(), func(ok bool, err error) {
+		c.node(to.Node).DeliverFrom(c.self, to, wire(m), func(ok bool, err error) {
 			switch {
 			case err != nil:
 				done(err)
@@ -115,11 +126,12 @@ func startCluster(t *testing.T, n int) (*memNet, []*brokertest.Server) {
 
 // startClusterOpts is startCluster with options for every broker.
 func startClusterOpts(t *testing.T, n int, opts broker.Options) (*memNet, []*brokertest.Server) {
-	net := &memNet{nodes: map[string]*broker.Server{}, down: map[string]*atomic.Bool{}}
+	net := &memNet{nodes: map[string]*broker.Server{}, down: map[string]*atomic.Bool{}, views: map[string]*atomic.Uint64{}}
 	var servers []*brokertest.Server
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprint("n", i)
 		net.down[name] = new(atomic.Bool)
+		net.views[name] = new(atomic.Uint64)
 		o := opts
 		o.Cluster = net.cluster(name)
 		s := brokertest.Start(t, o, nil)

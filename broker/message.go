@@ -53,6 +53,14 @@ type Message struct {
 	// is sent with DUP, so a duplicate is always told apart.
 	redelivery bool
 
+	// view is the Cluster.View of the node that received the message from
+	// its publisher, read when it routed the message to the other nodes;
+	// 0 if unknown. A node a session was adopted on from its replica
+	// (AdoptReplica) tells by it a forward routed while the session was
+	// still on its earlier node, which got the message itself
+	// (deliverLocked). It travels only between nodes, never to the Store.
+	view atomic.Uint64
+
 	// owed marks a copy whose publisher was acknowledged long ago and that
 	// nothing else holds any more (an outbox's message routed again): a
 	// full queue takes it rather than refuse it (deliverLocked).
@@ -94,6 +102,14 @@ func (m *Message) clone() *Message {
 // get with DUP: another node may have delivered it already.
 func (m *Message) Redelivery() bool { return m.redelivery }
 
+// View returns the cluster view the publishing node routed m by (see
+// Cluster.View); 0 if unknown. A cluster's transport carries it.
+func (m *Message) View() uint64 { return m.view.Load() }
+
+// SetView sets what View returns, for a cluster's transport on a message
+// it has just decoded.
+func (m *Message) SetView(v uint64) { m.view.Store(v) }
+
 // Clone returns a copy of m for another broker (in tests, a node of a
 // cluster in the same process: what the network would carry).
 func (m *Message) Clone() *Message {
@@ -111,6 +127,7 @@ func (m *Message) Clone() *Message {
 func (m *Message) dupCopy() *Message {
 	c := m.Clone()
 	c.redelivery, c.fromPeer = true, m.fromPeer
+	c.view.Store(m.view.Load()) // an outbox's resend was routed when the first send was
 	return c
 }
 

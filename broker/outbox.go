@@ -455,6 +455,7 @@ func (o *outbox) release(waits []*remoteWait, written bool) {
 // way to its old node is one of them.)
 func (srv *Server) reroute(from string, m *Message) {
 	c := m.dupCopy()
+	c.view.Store(0)   // routed again now, by this node's view of the adoptions
 	c.fromPeer = true // here: ordinary subscribers only, as a forward
 	c.owed = true     // the outbox lets it go: a full queue here must take it
 	var r router

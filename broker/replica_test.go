@@ -45,7 +45,7 @@ func TestDropReplicatedHandsOrdinaryOnToTheOwner(t *testing.T) {
 			t.Fatal(rc)
 		}
 	}
-	if err := s[1].AdoptReplica(replica, time.Now()); err != nil {
+	if err := s[1].AdoptReplica(replica, time.Now(), 0); err != nil {
 		t.Fatal(err)
 	}
 	s[0].DropReplicated("hist", upTo, "n2")
@@ -70,5 +70,68 @@ func TestDropReplicatedHandsOrdinaryOnToTheOwner(t *testing.T) {
 	}
 	if n := s[0].Stats().Subscriptions; n != 0 {
 		t.Errorf("node 1 still routes %d subscriptions of the session it let go", n)
+	}
+}
+
+// TestStaleForwardPassesAdoptedSession is the fault suite's duplicate
+// after a freeze (seed 1, p2/133): node 1 is frozen past its lease with
+// hist connected to it; node 2 adopts hist from its replica. Node 1 thaws
+// before it has seen the adoption: a publish it takes reaches hist on the
+// connection still open there, and is forwarded to node 2 for node 2's
+// subscribers, where the adopted hist must not take it too (it would
+// reach the client a second time, after it resumes there, without DUP).
+// Once node 1 has seen the adoption (its view reaches the claim's), what
+// it forwards is for the adopted hist as for anyone.
+func TestStaleForwardPassesAdoptedSession(t *testing.T) {
+	net, s := startClusterOpts(t, 2, broker.Options{Store: &failStore{}})
+	s[0].SetRemoteRoute("n2", "line/#", true) // node 2 has a subscriber of its own
+	other := windowSub(t, s[1].Addr, "other", "line/#", 100, 0)
+	hist := windowSub(t, s[0].Addr, "hist", "line/#", 100, 300)
+	var replica *broker.SessionState
+	if !s[0].ReplicaSnapshot("hist", func(st *broker.SessionState) { replica = st }) {
+		t.Fatal("no snapshot of hist on node 1")
+	}
+	const claimedAt = 10
+	if err := s[1].AdoptReplica(replica, time.Time{}, claimedAt); err != nil {
+		t.Fatal(err)
+	}
+
+	net.views["n1"].Store(claimedAt - 1) // thawed, the adoption not seen yet
+	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
+	if rc := pubAck(t, pub, 1, "line/1", "stale"); rc != packet.Success {
+		t.Fatal(rc)
+	}
+	if got := nextPayload(hist, 5*time.Second); got != "stale" {
+		t.Fatalf("hist on node 1 got %q, want stale", got)
+	}
+	if got := nextPayload(other, 5*time.Second); got != "stale" {
+		t.Fatalf("node 2's own subscriber got %q, want stale", got)
+	}
+
+	// hist's PUBACK is in before node 1 lets it go: otherwise stale is
+	// handed on with DUP, as it may then not have reached the client.
+	brokertest.Eventually(t, 5*time.Second, "hist's PUBACK on node 1", func() bool { return s[0].Stats().Acknowledged == 1 })
+	net.views["n1"].Store(claimedAt) // node 1 has seen it, and lets hist go
+	s[0].DropReplicated("hist", 0, "n2")
+	hist.ExpectDisconnect(packet.SessionTakenOver)
+	if rc := pubAck(t, pub, 2, "line/1", "fresh"); rc != packet.Success {
+		t.Fatal(rc)
+	}
+	if got := nextPayload(other, 5*time.Second); got != "fresh" {
+		t.Fatalf("node 2's own subscriber got %q, want fresh", got)
+	}
+
+	back, ca := brokertest.Connect(t, s[1].Addr, withExpiry(rawV5("hist", false), 300))
+	if !ca.SessionPresent {
+		t.Fatal("hist resumed on node 2 with Session Present 0")
+	}
+	if got := nextPayload(back, 5*time.Second); got != "fresh" {
+		t.Fatalf("hist resumed on node 2 got %q first, want fresh (stale reached it on node 1)", got)
+	}
+	if got := nextPayload(back, 200*time.Millisecond); got != "" {
+		t.Errorf("hist resumed on node 2 got %q too", got)
+	}
+	if n := s[1].Stats().ClusterStaleForwards; n != 1 {
+		t.Errorf("node 2 counted %d stale forwards, want 1", n)
 	}
 }

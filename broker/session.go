@@ -41,10 +41,15 @@ type session struct {
 	// before it may have reached the client before, through another node
 	// (see deliverLocked). Zero for a session restored from the Store.
 	dupBefore time.Time
-	nextPID   uint16              // last packet id handed out
-	inflight  map[uint16]delivery // outbound QoS 1/2 awaiting acknowledgement
-	queue     ring                // waiting for the send window or a connection
-	inQoS2    map[uint16]struct{} // inbound QoS 2 ids received, PUBREL not yet
+	// viewFrom: the session was adopted here from its replica by a claim
+	// made at this cluster view (AdoptReplica); 0 otherwise. A forward
+	// routed by an older view was routed while the session was on its
+	// earlier node, which had the message for it (deliverLocked).
+	viewFrom uint64
+	nextPID  uint16              // last packet id handed out
+	inflight map[uint16]delivery // outbound QoS 1/2 awaiting acknowledgement
+	queue    ring                // waiting for the send window or a connection
+	inQoS2   map[uint16]struct{} // inbound QoS 2 ids received, PUBREL not yet
 
 	pendingWill *will // a will waiting out its delay while the client is away
 	willTimer   Timer
@@ -121,6 +126,19 @@ func (s *session) deliver(m *Message, qos byte, retain bool, ids *subIDs, g *sha
 func (s *session) deliverLocked(m *Message, qos byte, retain bool, ids *subIDs, g *shareGroup, now time.Time) deliverResult {
 	if s.ended {
 		return deliverResult{moved: s.moved}
+	}
+	if s.viewFrom != 0 && g == nil {
+		if v := m.view.Load(); v != 0 && v < s.viewFrom {
+			// Routed by another node before it saw this session adopted
+			// here: it routed the message to the node the session was
+			// on, the only one that may have had it then. That node
+			// delivered it, or kept it and hands it on (DropReplicated)
+			// or routes it again (NodeFailedOver) if the client had not
+			// taken it; a copy here too would reach the client twice,
+			// the second time not known for a duplicate.
+			s.srv.stats.staleForwards.Add(1)
+			return deliverResult{ok: true}
+		}
 	}
 	if qos > 0 && m.fromPeer && g == nil && !m.redelivery && m.Created.Before(s.dupBefore) {
 		// Published before the session came here, and forwarded by a

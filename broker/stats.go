@@ -22,6 +22,7 @@ type counters struct {
 	maybeDelivered   atomic.Uint64
 	clusterNotHere   atomic.Uint64
 	clusterRedirects atomic.Uint64
+	staleForwards    atomic.Uint64
 	handedOver       atomic.Uint64
 	adopted          atomic.Uint64
 	retainedStale    atomic.Uint64
@@ -68,6 +69,7 @@ type Stats struct {
 	RepicksMaybeDelivered uint64
 	ClusterNotHere        uint64 // directed deliveries from other nodes for a client not here
 	ClusterRedirects      uint64 // messages sent on to the node a session moved to, while the other nodes learnt of the move
+	ClusterStaleForwards  uint64 // forwards not given to a session adopted from its replica: routed before the sender saw the adoption, they reached the session where it was
 	SessionsHandedOver    uint64 // sessions given to another node where their client resumed them
 	SessionsAdopted       uint64 // sessions taken from another node for a client resuming here
 	RetainedFromPeers     uint64 // retained messages (and clears) other nodes sent that were newer than this node's
@@ -118,6 +120,7 @@ func (srv *Server) Stats() Stats {
 		RepicksMaybeDelivered: c.maybeDelivered.Load(),
 		ClusterNotHere:        c.clusterNotHere.Load(),
 		ClusterRedirects:      c.clusterRedirects.Load(),
+		ClusterStaleForwards:  c.staleForwards.Load(),
 		SessionsHandedOver:    c.handedOver.Load(),
 		SessionsAdopted:       c.adopted.Load(),
 		RetainedFromPeers:     c.retainedIn.Load(),

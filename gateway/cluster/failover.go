@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,7 +34,7 @@ import (
 
 // The mesh calls of fail-over.
 const (
-	callFailedOver = "replica.done" // arg: the origin whose sessions the caller has adopted
+	callFailedOver = "replica.done" // arg: the origin whose sessions the caller has adopted, "\n", the revision of its adoptions
 	// callSettled asks whether the callee is done with the caller's
 	// earlier run (arg: the caller's store); answer 1 for done, 0 not yet.
 	callSettled = "replica.settled"
@@ -265,9 +267,22 @@ func (h *held) failover(name, store string) {
 			o, _ = h.get(name)
 		}
 	}
+	var rev int64
 	if o != nil {
 		h.adopt(o)
+		// The claims are written; the routes of the adopted sessions were
+		// queued as each was installed. A node routes again what it kept
+		// for the origin only once its view has them all (markAt): a
+		// message it routes from then on finds the adopted sessions where
+		// they are now, and carries a view they accept.
+		ctx, cancel := context.WithTimeout(context.Background(), viewWait)
+		w := n.reg.Barrier()
+		if w.Wait(ctx) == nil {
+			rev = w.Revision()
+		}
+		cancel()
 	}
+	arg := []byte(name + "\n" + strconv.FormatInt(rev, 10))
 	for _, p := range n.reg.Nodes() {
 		if p.Name == n.self || p.Name == name {
 			continue
@@ -275,12 +290,53 @@ func (h *held) failover(name, store string) {
 		go func(peer string) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if _, err := n.call(ctx, peer, callFailedOver, []byte(name)); err != nil {
+			if _, err := n.call(ctx, peer, callFailedOver, arg); err != nil {
 				n.log.Debug("telling a node this one has failed over", "node", peer, "origin", name, "err", err)
 			}
 		}(p.Name)
 	}
-	h.mark(name, n.self)
+	h.markAt(name, n.self, rev)
+}
+
+// viewWait bounds how long a node waits for its copy of the registry to
+// reach a revision another node wrote (markAt): past it, with etcd slow or
+// away, the fail-over goes on as if it had.
+const viewWait = 10 * time.Second
+
+// markAt is mark once this node's copy of the registry has reached rev,
+// the revision by which node had written its adoptions (0: at once).
+func (h *held) markAt(origin, node string, rev int64) {
+	reg := h.n.reg
+	if reg.Revision() >= rev {
+		h.mark(origin, node)
+		return
+	}
+	go func() {
+		deadline := time.NewTimer(viewWait)
+		defer deadline.Stop()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for reg.Revision() < rev {
+			select {
+			case <-tick.C:
+			case <-deadline.C:
+				h.n.log.Warn("routing again what was kept for a node that failed over before this node's view has its adoptions",
+					"origin", origin, "adopter", node, "revision", rev, "view", reg.Revision())
+				h.mark(origin, node)
+				return
+			}
+		}
+		h.mark(origin, node)
+	}()
+}
+
+// parseFailedOver reads callFailedOver's argument: the origin, and the
+// revision by which the caller had written its adoptions (absent from a
+// node that predates it: 0).
+func parseFailedOver(arg []byte) (origin string, rev int64) {
+	origin, r, _ := strings.Cut(string(arg), "\n")
+	rev, _ = strconv.ParseInt(r, 10, 64)
+	return origin, max(rev, 0)
 }
 
 // adopt claims and installs every session of o, then deletes o's store.
@@ -323,7 +379,7 @@ func (h *held) adopt(o *origin) {
 			n.setClaimed(id, claim.Revision)
 			st := &broker.SessionState{Session: *rec, Messages: snap.Messages[id], Inbound: snap.Inbound[id]}
 			st.Session.Will = nil // the line keeps wills (wills.go)
-			if err := n.srv.AdoptReplica(st, rec.Disconnected); err != nil {
+			if err := n.srv.AdoptReplica(st, rec.Disconnected, uint64(claim.Revision)); err != nil {
 				n.log.Error("adopting a session from its replica", "client", id, "origin", o.name, "err", err)
 				return
 			}

@@ -108,7 +108,8 @@ func (h meshHandler) Call(from, method string, arg []byte) ([]byte, error) {
 		}
 		switch method {
 		case callFailedOver:
-			h.n.held.mark(string(arg), from)
+			origin, rev := parseFailedOver(arg)
+			h.n.held.markAt(origin, from, rev)
 			return nil, nil
 		case callSettled:
 			if h.n.held.settled(from, string(arg)) {

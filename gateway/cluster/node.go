@@ -258,6 +258,11 @@ func (n *Node) Deliver(to broker.RemoteMember, m *broker.Message, done func(erro
 	n.tr.Deliver(to, m, done)
 }
 
+// View implements broker.Cluster: the etcd revision up to which the
+// registry's events have reached the broker. Revisions are the line's
+// one clock, so another node compares it with its own claims' revisions.
+func (n *Node) View() uint64 { return uint64(max(n.reg.Revision(), 0)) }
+
 // Available implements broker.Cluster: the node is registered and its
 // transport can take deliveries.
 func (n *Node) Available(node string) bool { return n.tr.Available(node) }

@@ -21,13 +21,19 @@ import (
 // peer whose Hello says it reads it (Hello.Version), so an older node
 // keeps getting version 1; were it ever sent version 2, its decoder would
 // refuse the frame as malformed and end the stream, never misread it.
+// Version 3 adds to a forward and a deliver the sending node's view when it
+// routed the message (broker.Message.View, the registry revision its routes
+// reflected), by which a node that adopted a session from its replica
+// tells a message routed before the sender saw the adoption; it too goes
+// only to a peer that reads it.
 // Clock readings are the sender's own (see Mesh's clock): only their
 // differences on one node mean anything.
 const (
 	frameVersion1 = 1
 	frameVersion2 = 2
+	frameVersion3 = 3
 	// frameVersion is the newest version this node reads and writes.
-	frameVersion = frameVersion2
+	frameVersion = frameVersion3
 	recHeader    = 5 // kind + length
 
 	// frameTarget is the size at which the writer closes a frame and
@@ -41,13 +47,15 @@ type kind uint8
 
 const (
 	// kindForward: a message for the receiving node's ordinary
-	// subscribers. Body: the message's binary form (broker.Message).
+	// subscribers. Body: in version 3 the sender's view (uvarint), then
+	// the message's binary form (broker.Message).
 	kindForward kind = iota + 1
 	// kindDeliver: a message for one client of one share group. Body:
 	// uvarint seq, in version 2 the send time (varint, the sender's clock
 	// when Deliver queued it) and the delivery's timeout (uvarint
 	// nanoseconds), then group, filter and client (each a uvarint length
-	// and bytes), then the message's binary form.
+	// and bytes), in version 3 the sender's view (uvarint), then the
+	// message's binary form.
 	kindDeliver
 	// kindAnswer: the receiving node's answer to a kindDeliver. Body:
 	// uvarint seq, a status byte, then (for statusError) the error text.
@@ -116,6 +124,9 @@ func appendRecord(dst []byte, r *outRec, v uint8) []byte {
 	start := len(dst)
 	switch r.kind {
 	case kindForward, kindRetain:
+		if r.kind == kindForward && v >= frameVersion3 {
+			dst = binary.AppendUvarint(dst, r.msg.View())
+		}
 		dst = r.msg.AppendBinary(dst)
 	case kindDeliver:
 		dst = binary.AppendUvarint(dst, r.seq)
@@ -126,6 +137,9 @@ func appendRecord(dst []byte, r *outRec, v uint8) []byte {
 		dst = appendString(dst, r.to.Group)
 		dst = appendString(dst, r.to.Filter)
 		dst = appendString(dst, r.to.Client)
+		if v >= frameVersion3 {
+			dst = binary.AppendUvarint(dst, r.msg.View())
+		}
 		dst = r.msg.AppendBinary(dst)
 	case kindAnswer:
 		dst = binary.AppendUvarint(dst, r.seq)
@@ -172,6 +186,7 @@ type inRec struct {
 	sent    int64
 	timeout int64
 	to      [3][]byte // group, filter, client; a call's method in to[0]
+	view    uint64    // version 3 forward or deliver: the sender's view
 	body    []byte    // the message (forward, deliver), error text (answer), a call's argument or result
 }
 
@@ -182,9 +197,9 @@ type frameReader struct {
 	written int64 // version 2: the sender's clock when it wrote the frame
 }
 
-// newFrameReader checks the frame's version (1 or 2) and reads its header.
+// newFrameReader checks the frame's version (1 to 3) and reads its header.
 func newFrameReader(frame []byte) (frameReader, error) {
-	if len(frame) == 0 || frame[0] < frameVersion1 || frame[0] > frameVersion2 {
+	if len(frame) == 0 || frame[0] < frameVersion1 || frame[0] > frameVersion3 {
 		return frameReader{}, errMalformed
 	}
 	f := frameReader{b: frame[1:], v: frame[0]}
@@ -228,6 +243,13 @@ func (f *frameReader) next(r *inRec) (bool, error) {
 // decode reads a record's body as frame version v lays it out.
 func (r *inRec) decode(b []byte, v uint8) error {
 	if r.kind == kindForward || r.kind == kindRetain {
+		if r.kind == kindForward && v >= frameVersion3 {
+			view, n := binary.Uvarint(b)
+			if n <= 0 {
+				return errMalformed
+			}
+			r.view, b = view, b[n:]
+		}
 		r.body = b
 		return nil
 	}
@@ -256,6 +278,13 @@ func (r *inRec) decode(b []byte, v uint8) error {
 				return errMalformed
 			}
 			r.to[i], b = b[n:n+int(l)], b[n+int(l):]
+		}
+		if v >= frameVersion3 {
+			view, n := binary.Uvarint(b)
+			if n <= 0 {
+				return errMalformed
+			}
+			r.view, b = view, b[n:]
 		}
 		r.body = b
 	case kindAnswer:

@@ -11,13 +11,14 @@ import (
 )
 
 func TestFrameRoundTrip(t *testing.T) {
-	for _, v := range []uint8{frameVersion1, frameVersion2} {
+	for _, v := range []uint8{frameVersion1, frameVersion2, frameVersion3} {
 		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) { testFrameRoundTrip(t, v) })
 	}
 }
 
 func testFrameRoundTrip(t *testing.T, v uint8) {
 	m := broker.NewMessage("line/3/temp", []byte("21.5"), 1, true)
+	m.SetView(1 << 40)
 	recs := []outRec{
 		{kind: kindForward, msg: m},
 		{kind: kindDeliver, seq: 7, msg: m, to: Target{Group: "workers", Filter: "line/+/temp", Client: "plc/7"},
@@ -41,7 +42,7 @@ func testFrameRoundTrip(t *testing.T, v uint8) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fr.v != v || (v == frameVersion2 && fr.written != -42) {
+	if fr.v != v || (v >= frameVersion2 && fr.written != -42) {
 		t.Fatalf("frame version %d written %d", fr.v, fr.written)
 	}
 	var got []inRec
@@ -64,7 +65,14 @@ func testFrameRoundTrip(t *testing.T, v uint8) {
 		if r.kind != w.kind || r.seq != w.seq {
 			t.Errorf("record %d: kind %d seq %d, want %d %d", i, r.kind, r.seq, w.kind, w.seq)
 		}
-		timed := v == frameVersion2 && (w.kind == kindDeliver || w.kind == kindPing)
+		timed := v >= frameVersion2 && (w.kind == kindDeliver || w.kind == kindPing)
+		var view uint64
+		if v >= frameVersion3 && (w.kind == kindDeliver || w.kind == kindForward) {
+			view = m.View()
+		}
+		if r.view != view {
+			t.Errorf("record %d: view %d, want %d", i, r.view, view)
+		}
 		if r.timed != timed || (timed && (r.sent != w.sent || r.timeout != int64(w.timeout))) {
 			t.Errorf("record %d: timed %v sent %d timeout %d, want %v %d %d", i, r.timed, r.sent, r.timeout, timed, w.sent, w.timeout)
 		}
@@ -121,6 +129,9 @@ func TestFrameMalformed(t *testing.T) {
 		"version 0":           {0},
 		"v2 without time":     {frameVersion2},
 		"v2 time cut":         {frameVersion2, 0x80},
+		"v3 forward no view":  {frameVersion3, 0, byte(kindForward), 0, 0, 0, 0},
+		"v3 view cut":         {frameVersion3, 0, byte(kindForward), 0, 0, 0, 1, 0x80},
+		"version 4":           {4, 0},
 		"v2 ping, v1 body":    append(slices.Clip(v2), ping...),
 		"v2 ping no time":     append(slices.Clip(v2), byte(kindPing), 0, 0, 0, 2, 1, 0x80),
 		"v2 ping timeout cut": append(slices.Clip(v2), byte(kindPing), 0, 0, 0, 3, 1, 2, 0x80),
@@ -187,7 +198,8 @@ func FuzzFrame(f *testing.F) {
 		{kind: kindResult, seq: 4, status: statusError, text: "no"},
 		{kind: kindRetain, msg: m},
 	}
-	for _, v := range []uint8{frameVersion1, frameVersion2} {
+	m.SetView(77)
+	for _, v := range []uint8{frameVersion1, frameVersion2, frameVersion3} {
 		seed := appendFrameHeader(nil, v, 1_000_000_007)
 		for _, r := range recs {
 			seed = appendRecord(seed, &r, v)

@@ -232,10 +232,8 @@ func (l *link) close(err error) {
 // link's stream, ending the one before (a peer that dials again has given
 // up on it), and starts its goroutines.
 func (l *link) attach(st Stream, remote Hello) (*session, error) {
-	v := uint8(frameVersion1)
-	if remote.Version >= frameVersion2 {
-		v = frameVersion2
-	}
+	// The newest version both read; a node that says nothing reads 1.
+	v := uint8(min(max(remote.Version, frameVersion1), frameVersion))
 	for {
 		l.mu.Lock()
 		if l.closed {
@@ -543,6 +541,7 @@ func (l *link) dispatch(s *session, frame []byte) error {
 				l.c.malformed.Add(1) // a message this node cannot read: skip it
 				continue
 			}
+			m.SetView(r.view)
 			h.Forward(l.name, m)
 		case kindDeliver:
 			rep := Reply{s: s, seq: r.seq}
@@ -559,6 +558,7 @@ func (l *link) dispatch(s *session, frame []byte) error {
 				rep.Done(false, err) // the sender picks another member
 				continue
 			}
+			m.SetView(r.view)
 			to := Target{Group: string(r.to[0]), Filter: string(r.to[1]), Client: string(r.to[2])}
 			h.Deliver(l.name, to, m, rep)
 		case kindRetain:

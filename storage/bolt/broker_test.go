@@ -469,6 +469,7 @@ func (f *farNode) TakeWill(string, string) bool     { return true }
 func (f *farNode) DropWill(string, string)          {}
 func (f *farNode) Release(string)                   {}
 func (f *farNode) Retain(*broker.Message, []string) {}
+func (f *farNode) View() uint64                     { return 0 }
 func (f *farNode) set(up bool)                      { f.mu.Lock(); f.up = up; f.mu.Unlock() }
 func (f *farNode) received() []string               { f.mu.Lock(); defer f.mu.Unlock(); return slices.Clone(f.got) }
 

@@ -532,3 +532,24 @@ func TestNewStoreWaitsForPredecessor(t *testing.T) {
 		t.Fatalf("the observer saw %v of node blank, want NodeLeft then NodeJoined", kinds)
 	}
 }
+
+// TestBarrier: a barrier completes after the route and member writes
+// queued before it, with a revision no lower than theirs, so a node whose
+// copy reaches it sees them (the fail-over waits for that, markAt).
+func TestBarrier(t *testing.T) {
+	n1 := start(t, shared.Client(t), "n1", nil)
+	n2 := start(t, shared.Client(t), "n2", nil)
+	w1 := n1.AddRoute("plant/#")
+	w2 := n1.AddMember("workers", "jobs/#", "client/a", 1)
+	rev := wait(t, n1.Barrier())
+	if r1, r2 := wait(t, w1), wait(t, w2); rev < r1 || rev < r2 {
+		t.Fatalf("barrier at revision %d, before the writes queued ahead of it (%d, %d)", rev, r1, r2)
+	}
+	caughtUp(t, rev, n2)
+	if got := n2.Routes("n1"); !slices.Equal(got, []string{"plant/#"}) {
+		t.Errorf("n2's copy at the barrier's revision has routes %v", got)
+	}
+	if got := who(n2.Members("workers", "jobs/#")); !slices.Equal(got, []string{"n1:client/a"}) {
+		t.Errorf("n2's copy at the barrier's revision has members %v", got)
+	}
+}

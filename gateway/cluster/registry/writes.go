@@ -64,6 +64,7 @@ const (
 	opRemoveMember
 	opClaim
 	opRelease
+	opBarrier
 )
 
 // op is one queued request. Fields beyond the request belong to the
@@ -126,6 +127,13 @@ func (r *Registry) AddMember(group, filter, client string, qos byte) *Write {
 // session ended).
 func (r *Registry) RemoveMember(group, filter, client string) *Write {
 	return r.enqueue(&op{kind: opRemoveMember, group: group, filter: filter, client: client})
+}
+
+// Barrier completes once the writes of routes and members queued before
+// it are committed (claims complete on their own); its Revision is then
+// at least theirs, so a node whose copy has reached it has seen them.
+func (r *Registry) Barrier() *Write {
+	return r.enqueue(&op{kind: opBarrier})
 }
 
 // ClaimSession makes this node the owner of client's session, taking it
