@@ -365,7 +365,11 @@ func (n *Node) claim(ctx context.Context, clientID string, cleanStart bool, will
 			adopted = true
 		}
 	}
-	claim, err := n.reg.ClaimConnection(ctx, clientID, will)
+	claimConnection := n.reg.ClaimConnection
+	if !cleanStart {
+		claimConnection = n.reg.ResumeConnection
+	}
+	claim, err := claimConnection(ctx, clientID, will)
 	if err == nil {
 		n.setClaimed(clientID, claim.Revision)
 		n.wills.claimed(clientID, will)

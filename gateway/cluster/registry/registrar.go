@@ -601,10 +601,14 @@ func (g *registrar) sessionItem(o *op, lease clientv3.LeaseID) (item, bool) {
 		}
 	}
 	expect := cs.expect
+	replica := cs.replicaOf
+	if cs.resume && expect.ReplicaOf != r.opts.Node {
+		replica = expect.ReplicaOf // the state descends from that node's replica still
+	}
 	value := mustJSON(sessionValue{
 		ownerRef: ownerRef{Node: r.opts.Node, Epoch: r.opts.Epoch, Seq: cs.seq},
 		Prev:     refOf(expect),
-		Replica:  cs.replicaOf,
+		Replica:  replica,
 	})
 	then := []clientv3.Op{clientv3.OpPut(k, value, clientv3.WithLease(lease))}
 	if cs.setWill {

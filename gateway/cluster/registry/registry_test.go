@@ -553,3 +553,50 @@ func TestBarrier(t *testing.T) {
 		t.Errorf("n2's copy at the barrier's revision has members %v", got)
 	}
 }
+
+// TestResumeKeepsTheReplicaLineage: a session adopted from n1's replica
+// keeps naming n1 while its client resumes it (on the adopter, then on a
+// third node), so that n1, coming back with messages only it had, knows
+// to hand them on; a clean start ends the lineage, and so does the session
+// coming back to n1 itself.
+func TestResumeKeepsTheReplicaLineage(t *testing.T) {
+	n2 := start(t, shared.Client(t), "n2", nil)
+	n3 := start(t, shared.Client(t), "n3", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	owner := func(want registry.Owner) {
+		t.Helper()
+		eventually(t, fmt.Sprintf("the owner %s (replica of %q)", want.Node, want.ReplicaOf), func() bool {
+			o, ok := n3.SessionOwner("hist")
+			return ok && o.Node == want.Node && o.ReplicaOf == want.ReplicaOf
+		})
+	}
+	if _, err := n2.ClaimReplica(ctx, "hist", "n1"); err != nil {
+		t.Fatal(err)
+	}
+	owner(registry.Owner{Node: "n2", ReplicaOf: "n1"})
+	if _, err := n2.ResumeConnection(ctx, "hist", ""); err != nil { // the client resumes on the adopter
+		t.Fatal(err)
+	}
+	owner(registry.Owner{Node: "n2", ReplicaOf: "n1"})
+	if _, err := n3.ResumeConnection(ctx, "hist", ""); err != nil { // and moves on
+		t.Fatal(err)
+	}
+	owner(registry.Owner{Node: "n3", ReplicaOf: "n1"})
+	if _, err := n2.ClaimConnection(ctx, "hist", ""); err != nil { // a clean start
+		t.Fatal(err)
+	}
+	owner(registry.Owner{Node: "n2"})
+
+	if err := n2.ReleaseSession(ctx, "hist"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "hist released", func() bool { _, ok := n3.SessionOwner("hist"); return !ok })
+	if _, err := n3.ClaimReplica(ctx, "hist", "n2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n2.ResumeConnection(ctx, "hist", ""); err != nil { // back where it was adopted from
+		t.Fatal(err)
+	}
+	owner(registry.Owner{Node: "n2"})
+}
