@@ -85,9 +85,9 @@ type Cluster interface {
 	// View returns a number that grows with the view of the other nodes
 	// this node routes by (the registry revision its routes and sessions
 	// reflect), 0 if it has none. A message forwarded carries it: the
-	// node a session was adopted on from its replica does not give that
-	// session a forward routed by a view older than the adoption (the
-	// sender routed it to the session where it was before).
+	// node a session was adopted on from the replica of another node does
+	// not give that session a forward from that node routed by a view
+	// older than the adoption (the sender had the session itself then).
 	View() uint64
 
 	// Retain sends a retained message published here (or the clear of
@@ -140,7 +140,7 @@ type ClusterInbound interface {
 	// ReplicaSnapshot, AdoptReplica, DropReplicated and NodeFailedOver
 	// serve the replicas of persistent sessions (replica.go).
 	ReplicaSnapshot(clientID string, f func(st *SessionState)) bool
-	AdoptReplica(st *SessionState, disconnected time.Time, view uint64) error
+	AdoptReplica(st *SessionState, disconnected time.Time, from string, view uint64) error
 	DropReplicated(clientID string, upTo uint64, owner string)
 	NodeFailedOver(node string)
 }
@@ -301,7 +301,7 @@ func (r *router) forwardRemote(srv *Server, m *Message) {
 // ordinary subscribers only. It never picks from a share group (the node
 // that received the message did) and is never forwarded again.
 func (srv *Server) ForwardFrom(node string, m *Message) {
-	m.fromPeer = true
+	m.fromPeer, m.sender = true, node
 	if m.Retain {
 		srv.retainFrom(m)
 	}
@@ -316,6 +316,7 @@ func (srv *Server) ForwardFrom(node string, m *Message) {
 // that nothing acknowledged is dropped, the subscribers that took it
 // getting the new copy with DUP.
 func (srv *Server) forwardAcked(from string, m *Message, done func(accepted bool, err error)) {
+	m.sender = from
 	if m.Retain {
 		srv.retainFrom(m)
 	}

@@ -60,6 +60,10 @@ type Message struct {
 	// still on its earlier node, which got the message itself
 	// (deliverLocked). It travels only between nodes, never to the Store.
 	view atomic.Uint64
+	// sender names the node that forwarded the message here, for the
+	// ordinary subscribers here (ForwardFrom, an outbox's forward); ""
+	// otherwise. Set once, before the message is routed.
+	sender string
 
 	// owed marks a copy whose publisher was acknowledged long ago and that
 	// nothing else holds any more (an outbox's message routed again): a

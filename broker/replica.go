@@ -67,11 +67,11 @@ func (srv *Server) ReplicaSnapshot(clientID string, f func(st *SessionState)) bo
 // the dead node cannot contest). The session is offline: its expiry runs
 // from disconnected (from now if zero: its client was connected when its
 // node died), and a client resuming it, here or on any node, finds it
-// with its messages, those that went out before with DUP. view is the
-// cluster view (Cluster.View) the claim was made at: forwards routed by an
-// older view are not for this copy (deliverLocked). It returns once the
-// state is durable here.
-func (srv *Server) AdoptReplica(st *SessionState, disconnected time.Time, view uint64) error {
+// with its messages, those that went out before with DUP. from is the
+// dead node, and view the cluster view (Cluster.View) the claim was made
+// at: forwards from that node routed by an older view are not for this
+// copy (deliverLocked). It returns once the state is durable here.
+func (srv *Server) AdoptReplica(st *SessionState, disconnected time.Time, from string, view uint64) error {
 	if err := srv.Adopt(st); err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func (srv *Server) AdoptReplica(st *SessionState, disconnected time.Time, view u
 	// Every message came through a node that is gone: whether it reached
 	// the client before is unknown, so each is sent with DUP.
 	s.dupBefore = now.Add(moveSkew)
-	s.viewFrom = view
+	s.adoptedFrom, s.viewFrom = from, view
 	for pid, d := range s.inflight {
 		d.sent = true
 		s.inflight[pid] = d

@@ -45,7 +45,7 @@ func TestDropReplicatedHandsOrdinaryOnToTheOwner(t *testing.T) {
 			t.Fatal(rc)
 		}
 	}
-	if err := s[1].AdoptReplica(replica, time.Now(), 0); err != nil {
+	if err := s[1].AdoptReplica(replica, time.Now(), "n1", 0); err != nil {
 		t.Fatal(err)
 	}
 	s[0].DropReplicated("hist", upTo, "n2")
@@ -92,7 +92,7 @@ func TestStaleForwardPassesAdoptedSession(t *testing.T) {
 		t.Fatal("no snapshot of hist on node 1")
 	}
 	const claimedAt = 10
-	if err := s[1].AdoptReplica(replica, time.Time{}, claimedAt); err != nil {
+	if err := s[1].AdoptReplica(replica, time.Time{}, "n1", claimedAt); err != nil {
 		t.Fatal(err)
 	}
 
@@ -133,5 +133,42 @@ func TestStaleForwardPassesAdoptedSession(t *testing.T) {
 	}
 	if n := s[1].Stats().ClusterStaleForwards; n != 1 {
 		t.Errorf("node 2 counted %d stale forwards, want 1", n)
+	}
+}
+
+// TestStaleForwardFromAThirdNodeIsTaken: only the node a session was
+// adopted from had it, so only its stale forwards are passed over. A third
+// node routing by a view older than the adoption may have had the old
+// owner's routes gone already (its new run registered without them) and
+// sent the message nowhere else: fault-suite seed 9 lost 130 so while the
+// rule applied to every node.
+func TestStaleForwardFromAThirdNodeIsTaken(t *testing.T) {
+	net, s := startClusterOpts(t, 3, broker.Options{Store: &failStore{}})
+	s[2].SetRemoteRoute("n2", "line/#", true)
+	other := windowSub(t, s[1].Addr, "other", "line/#", 100, 0)
+	hist := windowSub(t, s[0].Addr, "hist", "line/#", 100, 300)
+	var replica *broker.SessionState
+	if !s[0].ReplicaSnapshot("hist", func(st *broker.SessionState) { replica = st }) {
+		t.Fatal("no snapshot of hist on node 1")
+	}
+	hist.Conn.Close()
+	const claimedAt = 10
+	if err := s[1].AdoptReplica(replica, time.Time{}, "n1", claimedAt); err != nil {
+		t.Fatal(err)
+	}
+	net.views["n3"].Store(claimedAt - 1)
+	pub, _ := brokertest.Connect(t, s[2].Addr, rawV5("pub", true))
+	if rc := pubAck(t, pub, 1, "line/1", "third"); rc != packet.Success {
+		t.Fatal(rc)
+	}
+	if got := nextPayload(other, 5*time.Second); got != "third" {
+		t.Fatalf("node 2's own subscriber got %q, want third", got)
+	}
+	back, _ := brokertest.Connect(t, s[1].Addr, withExpiry(rawV5("hist", false), 300))
+	if got := nextPayload(back, 5*time.Second); got != "third" {
+		t.Fatalf("hist adopted on node 2 got %q, want third (forwarded by node 3)", got)
+	}
+	if n := s[1].Stats().ClusterStaleForwards; n != 0 {
+		t.Errorf("node 2 passed over %d forwards from node 3", n)
 	}
 }

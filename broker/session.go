@@ -41,15 +41,17 @@ type session struct {
 	// before it may have reached the client before, through another node
 	// (see deliverLocked). Zero for a session restored from the Store.
 	dupBefore time.Time
-	// viewFrom: the session was adopted here from its replica by a claim
-	// made at this cluster view (AdoptReplica); 0 otherwise. A forward
-	// routed by an older view was routed while the session was on its
-	// earlier node, which had the message for it (deliverLocked).
-	viewFrom uint64
-	nextPID  uint16              // last packet id handed out
-	inflight map[uint16]delivery // outbound QoS 1/2 awaiting acknowledgement
-	queue    ring                // waiting for the send window or a connection
-	inQoS2   map[uint16]struct{} // inbound QoS 2 ids received, PUBREL not yet
+	// adoptedFrom and viewFrom: the session was adopted here from the
+	// replica of node adoptedFrom by a claim made at cluster view viewFrom
+	// (AdoptReplica); "" and 0 otherwise. A forward from that node routed
+	// by an older view was routed while the session was still there
+	// (deliverLocked).
+	adoptedFrom string
+	viewFrom    uint64
+	nextPID     uint16              // last packet id handed out
+	inflight    map[uint16]delivery // outbound QoS 1/2 awaiting acknowledgement
+	queue       ring                // waiting for the send window or a connection
+	inQoS2      map[uint16]struct{} // inbound QoS 2 ids received, PUBREL not yet
 
 	pendingWill *will // a will waiting out its delay while the client is away
 	willTimer   Timer
@@ -127,15 +129,18 @@ func (s *session) deliverLocked(m *Message, qos byte, retain bool, ids *subIDs, 
 	if s.ended {
 		return deliverResult{moved: s.moved}
 	}
-	if s.viewFrom != 0 && g == nil {
+	if s.viewFrom != 0 && g == nil && m.sender == s.adoptedFrom {
 		if v := m.view.Load(); v != 0 && v < s.viewFrom {
-			// Routed by another node before it saw this session adopted
-			// here: it routed the message to the node the session was
-			// on, the only one that may have had it then. That node
-			// delivered it, or kept it and hands it on (DropReplicated)
-			// or routes it again (NodeFailedOver) if the client had not
+			// Routed by the node this session was adopted from, before
+			// it saw the adoption (it was frozen or cut off): the session
+			// was its own then, and had the message there. That node
+			// delivered it on the connection still open there, or kept
+			// it and hands it on (DropReplicated) if the client had not
 			// taken it; a copy here too would reach the client twice,
-			// the second time not known for a duplicate.
+			// the second time not known for a duplicate. (A third node
+			// routing by a view older than the adoption may have sent
+			// the message to neither place, the old owner's routes gone
+			// from its view: its forward is taken.)
 			s.srv.stats.staleForwards.Add(1)
 			return deliverResult{ok: true}
 		}

@@ -379,7 +379,7 @@ func (h *held) adopt(o *origin) {
 			n.setClaimed(id, claim.Revision)
 			st := &broker.SessionState{Session: *rec, Messages: snap.Messages[id], Inbound: snap.Inbound[id]}
 			st.Session.Will = nil // the line keeps wills (wills.go)
-			if err := n.srv.AdoptReplica(st, rec.Disconnected, uint64(claim.Revision)); err != nil {
+			if err := n.srv.AdoptReplica(st, rec.Disconnected, o.name, uint64(claim.Revision)); err != nil {
 				n.log.Error("adopting a session from its replica", "client", id, "origin", o.name, "err", err)
 				return
 			}
