@@ -26,9 +26,10 @@
 // UnmarshalMessage). Every record carries its length, so a receiver skips
 // kinds it does not know. Frame version 2 adds clock readings: the
 // frame's write time, a deliver's send time and timeout, a ping's send
-// time and the sender's ping timeout. Each end's [Hello] names the newest
-// version it reads, and a node writes version 2 only to a peer that reads
-// it.
+// time and the sender's ping timeout. Version 3 adds the sender's view to
+// forwards and delivers (broker.Message.View). Each end's [Hello] names
+// the newest version it reads, and a node writes a version only to a peer
+// that reads it.
 //
 // Send and Deliver never block on the network: they append to the peer's
 // bounded queue under a mutex and wake its writer, or fail at once
