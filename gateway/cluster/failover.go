@@ -367,6 +367,14 @@ func (h *held) adopt(o *origin) {
 			id := rec.ClientID
 			n.startClaim(id)
 			defer n.endClaim(id)
+			n.claimMu.Lock()
+			n.adopting[id] = struct{}{}
+			n.claimMu.Unlock()
+			defer func() {
+				n.claimMu.Lock()
+				delete(n.adopting, id)
+				n.claimMu.Unlock()
+			}()
 			claim, err := n.reg.ClaimReplica(ctx, id, o.name)
 			if errors.Is(err, registry.ErrOwned) {
 				owned.Add(1) // resumed elsewhere meanwhile: that copy stands

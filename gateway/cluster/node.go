@@ -69,9 +69,14 @@ type Node struct {
 	//
 	// claiming counts the claims of each client under way here: a record
 	// of another node's seen meanwhile may be the one being taken over.
+	//
+	// adopting marks the clients whose sessions are being adopted here
+	// from a replica, between the claim and the install: a hand-over asked
+	// meanwhile waits for the install (HandOver).
 	claimMu  sync.Mutex
 	claimed  map[string]int64
 	claiming map[string]int
+	adopting map[string]struct{}
 
 	// parked are the routes of nodes gone with their lease, still routed
 	// to (HandleEvent), by node and filter.
@@ -143,6 +148,7 @@ func NewNode(o NodeOptions) (*Node, error) {
 func (n *Node) init(ro registry.Options) error {
 	n.claimed = map[string]int64{}
 	n.claiming = map[string]int{}
+	n.adopting = map[string]struct{}{}
 	n.parked = map[string]map[string]struct{}{}
 	n.peers = map[string]string{}
 	n.ready = make(chan struct{})
@@ -537,11 +543,37 @@ func parseRetained(b []byte) ([]*broker.Message, error) {
 // HandOver gives a session this node holds to node to, where its client
 // is resuming it, in its binary form; nil when there is none here.
 func (n *Node) HandOver(to, clientID string) []byte {
+	n.awaitAdoption(clientID)
 	st, ok := n.srv.HandOver(clientID, to)
 	if !ok {
 		return nil
 	}
 	return st.AppendBinary(nil)
+}
+
+// adoptionWait bounds how long a hand-over waits for an adoption of the
+// same client under way here (awaitAdoption); the claimant's own bound on
+// a CONNECT is 2 s.
+const adoptionWait = time.Second
+
+// awaitAdoption waits, at most adoptionWait, while the session of client
+// is being adopted here from a replica: claimed, not yet installed.
+// Answered in that moment, a hand-over would find no session here, and the
+// client would start empty on the node that asked (TestClusterOwnerAndReplicaLost
+// failed so once in CI: the client resumed on the survivor 13 ms before
+// the replica's node installed the session it had claimed, and its 500
+// messages went with the copy that then lost).
+func (n *Node) awaitAdoption(client string) {
+	deadline := time.Now().Add(adoptionWait)
+	for {
+		n.claimMu.Lock()
+		_, busy := n.adopting[client]
+		n.claimMu.Unlock()
+		if !busy || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // Release implements broker.Cluster.
