@@ -2,6 +2,7 @@ package auth
 
 import (
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,12 +75,21 @@ func TestACLOverlapFiltered(t *testing.T) {
 	}
 	// A marker published last: every message before it has been handled
 	// by the time it arrives on both subscriptions (one session, in order).
-	await := func(marker string, want map[string]int) {
+	// Each phase publishes its own payload; a recipe counts whatever its
+	// phase, since none may ever arrive.
+	await := func(marker, payload string, want map[string]int) {
 		t.Helper()
 		plc.Pub(marker, 1, false, "end")
 		got := map[string]int{}
 		for got[marker] < 2 {
 			m := h.Next()
+			if m.Topic != marker && string(m.Payload) != payload && !strings.Contains(m.Topic, "recipes") {
+				// An earlier phase's message again: paho acknowledges a
+				// message after handing it over, so the historian may
+				// leave before its PUBACK is written, and the broker sends
+				// what was not acknowledged again on resume (CI saw it).
+				continue
+			}
 			got[m.Topic]++
 		}
 		delete(got, marker)
@@ -95,20 +105,20 @@ func TestACLOverlapFiltered(t *testing.T) {
 		}
 	}
 	// Retained: only plant/#'s feed (a share group gets none).
-	await("plant/mark1", map[string]int{"plant/line3/temp": 1})
+	await("plant/mark1", "21", map[string]int{"plant/line3/temp": 1})
 
 	for _, topic := range []string{"plant/line3/recipes/r2", "plant/line3/recipes", "plant/line3/temp", "plant/line4/x"} {
-		plc.Pub(topic, 1, false, "v")
+		plc.Pub(topic, 1, false, "v2")
 	}
-	await("plant/mark2", map[string]int{"plant/line3/temp": 2, "plant/line4/x": 2})
+	await("plant/mark2", "v2", map[string]int{"plant/line3/temp": 2, "plant/line4/x": 2})
 
 	// Queued while away: the recipes are never sent.
 	h.Disconnect(&paho.Disconnect{})
 	<-h.Done()
-	plc.Pub("plant/line3/recipes/r3", 1, false, "v")
-	plc.Pub("plant/line3/temp", 1, false, "v")
+	plc.Pub("plant/line3/recipes/r3", 1, false, "v3")
+	plc.Pub("plant/line3/temp", 1, false, "v3")
 	h = historian(t, addr, false)
-	await("plant/mark3", map[string]int{"plant/line3/temp": 2})
+	await("plant/mark3", "v3", map[string]int{"plant/line3/temp": 2})
 
 	if n := srv.Stats().DeliveriesDenied; n < 6 {
 		t.Errorf("DeliveriesDenied %d, want at least 6", n)
