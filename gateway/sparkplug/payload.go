@@ -134,15 +134,7 @@ func (p Payload) Append(b []byte) []byte {
 		b = protowire.AppendVarint(b, p.Timestamp)
 	}
 	if p.HasBdSeq {
-		var m []byte
-		m = protowire.AppendTag(m, metricName, protowire.BytesType)
-		m = protowire.AppendString(m, bdSeqName)
-		m = protowire.AppendTag(m, metricDatatype, protowire.VarintType)
-		m = protowire.AppendVarint(m, typeInt64)
-		m = protowire.AppendTag(m, metricLong, protowire.VarintType)
-		m = protowire.AppendVarint(m, p.BdSeq)
-		b = protowire.AppendTag(b, fieldMetrics, protowire.BytesType)
-		b = protowire.AppendBytes(b, m)
+		b = appendMetric(b, bdSeqName, 0, typeInt64, metricLong, p.BdSeq)
 	}
 	if p.HasSeq {
 		b = protowire.AppendTag(b, fieldSeq, protowire.VarintType)
@@ -155,20 +147,27 @@ func (p Payload) Append(b []byte) []byte {
 // the Node Control/Rebirth metric, Boolean true, stamped with now.
 func RebirthCommand(now time.Time) []byte {
 	ms := uint64(now.UnixMilli())
-	var metric []byte
-	metric = protowire.AppendTag(metric, metricName, protowire.BytesType)
-	metric = protowire.AppendString(metric, RebirthMetric)
-	metric = protowire.AppendTag(metric, metricTimestamp, protowire.VarintType)
-	metric = protowire.AppendVarint(metric, ms)
-	metric = protowire.AppendTag(metric, metricDatatype, protowire.VarintType)
-	metric = protowire.AppendVarint(metric, typeBoolean)
-	metric = protowire.AppendTag(metric, metricBool, protowire.VarintType)
-	metric = protowire.AppendVarint(metric, 1)
-
 	var b []byte
 	b = protowire.AppendTag(b, fieldTimestamp, protowire.VarintType)
 	b = protowire.AppendVarint(b, ms)
+	return appendMetric(b, RebirthMetric, ms, typeBoolean, metricBool, 1)
+}
+
+// appendMetric appends to a payload b one metric of a varint value: its
+// name, its timestamp when not 0, its datatype, and value in field
+// valueField (the one datatype stores its values in).
+func appendMetric(b []byte, name string, timestamp, datatype uint64, valueField protowire.Number, value uint64) []byte {
+	var m []byte
+	m = protowire.AppendTag(m, metricName, protowire.BytesType)
+	m = protowire.AppendString(m, name)
+	if timestamp != 0 {
+		m = protowire.AppendTag(m, metricTimestamp, protowire.VarintType)
+		m = protowire.AppendVarint(m, timestamp)
+	}
+	m = protowire.AppendTag(m, metricDatatype, protowire.VarintType)
+	m = protowire.AppendVarint(m, datatype)
+	m = protowire.AppendTag(m, valueField, protowire.VarintType)
+	m = protowire.AppendVarint(m, value)
 	b = protowire.AppendTag(b, fieldMetrics, protowire.BytesType)
-	b = protowire.AppendBytes(b, metric)
-	return b
+	return protowire.AppendBytes(b, m)
 }
