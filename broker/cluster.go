@@ -412,11 +412,6 @@ var ErrNotHere = errors.New("broker: not here")
 // from the sending node: m goes to its ordinary subscriptions (redirect.go).
 func (srv *Server) DeliverFrom(from string, to RemoteMember, m *Message, done func(accepted bool, err error)) {
 	m.fromPeer = true
-	if to.ClientID != "" {
-		// Sent to this client by name, not routed by the sender's view
-		// of where it is: no session passes it over (deliverLocked).
-		m.view.Store(0)
-	}
 	switch {
 	case to.ClientID == "":
 		srv.forwardAcked(from, m, done)

@@ -60,9 +60,11 @@ type Message struct {
 	// still on its earlier node, which got the message itself
 	// (deliverLocked). It travels only between nodes, never to the Store.
 	view atomic.Uint64
-	// sender names the node that forwarded the message here, for the
-	// ordinary subscribers here (ForwardFrom, an outbox's forward); ""
-	// otherwise. Set once, before the message is routed.
+	// sender names the node that forwarded the message here for the
+	// ordinary subscribers here (ForwardFrom, an outbox's forward), whose
+	// view deliverLocked may find stale; "" otherwise: a delivery sent to
+	// its client by name (a group pick, a redirect) is never passed over.
+	// Set once, before the message is routed.
 	sender string
 
 	// owed marks a copy whose publisher was acknowledged long ago and that

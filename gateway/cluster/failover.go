@@ -312,19 +312,9 @@ func (h *held) markAt(origin, node string, rev int64) {
 		return
 	}
 	go func() {
-		deadline := time.NewTimer(viewWait)
-		defer deadline.Stop()
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for reg.Revision() < rev {
-			select {
-			case <-tick.C:
-			case <-deadline.C:
-				h.n.log.Warn("routing again what was kept for a node that failed over before this node's view has its adoptions",
-					"origin", origin, "adopter", node, "revision", rev, "view", reg.Revision())
-				h.mark(origin, node)
-				return
-			}
+		if !pollUntil(viewWait, func() bool { return reg.Revision() >= rev }) {
+			h.n.log.Warn("routing again what was kept for a node that failed over before this node's view has its adoptions",
+				"origin", origin, "adopter", node, "revision", rev, "view", reg.Revision())
 		}
 		h.mark(origin, node)
 	}()
@@ -365,16 +355,8 @@ func (h *held) adopt(o *origin) {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			id := rec.ClientID
-			n.startClaim(id)
-			defer n.endClaim(id)
-			n.claimMu.Lock()
-			n.adopting[id] = struct{}{}
-			n.claimMu.Unlock()
-			defer func() {
-				n.claimMu.Lock()
-				delete(n.adopting, id)
-				n.claimMu.Unlock()
-			}()
+			n.startAdoption(id)
+			defer n.endAdoption(id)
 			claim, err := n.reg.ClaimReplica(ctx, id, o.name)
 			if errors.Is(err, registry.ErrOwned) {
 				owned.Add(1) // resumed elsewhere meanwhile: that copy stands

@@ -564,15 +564,34 @@ const adoptionWait = time.Second
 // the replica's node installed the session it had claimed, and its 500
 // messages went with the copy that then lost).
 func (n *Node) awaitAdoption(client string) {
-	deadline := time.Now().Add(adoptionWait)
-	for {
+	pollUntil(adoptionWait, func() bool {
 		n.claimMu.Lock()
+		defer n.claimMu.Unlock()
 		_, busy := n.adopting[client]
-		n.claimMu.Unlock()
-		if !busy || time.Now().After(deadline) {
-			return
+		return !busy
+	})
+}
+
+// pollUntil checks cond every 10 ms until it holds, at most d; it reports
+// whether it held. For waits on state that changes without telling (the
+// registry's revision, an adoption's end), rare and short.
+func pollUntil(d time.Duration, cond func() bool) bool {
+	if cond() {
+		return true
+	}
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			if cond() {
+				return true
+			}
+		case <-deadline.C:
+			return cond()
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -708,6 +727,23 @@ func (n *Node) endClaim(client string) {
 		delete(n.claiming, client)
 	}
 	n.claimMu.Unlock()
+}
+
+// startAdoption and endAdoption bracket the adoption here of client's
+// session from a replica, from its claim to its install: a claim
+// (startClaim) that a hand-over asked meanwhile waits out (awaitAdoption).
+func (n *Node) startAdoption(client string) {
+	n.startClaim(client)
+	n.claimMu.Lock()
+	n.adopting[client] = struct{}{}
+	n.claimMu.Unlock()
+}
+
+func (n *Node) endAdoption(client string) {
+	n.claimMu.Lock()
+	delete(n.adopting, client)
+	n.claimMu.Unlock()
+	n.endClaim(client)
 }
 
 // lost reports whether a SessionOwned event by another node means this

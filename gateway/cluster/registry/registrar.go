@@ -500,6 +500,8 @@ func (g *registrar) take() {
 		case opClaim, opRelease:
 			g.claims = append(g.claims, o)
 			continue
+		case opBarrier:
+			// Changes nothing: it completes with what is dirty now.
 		}
 		g.waiting = append(g.waiting, o)
 	}
