@@ -69,7 +69,7 @@ type Stats struct {
 	RepicksMaybeDelivered uint64
 	ClusterNotHere        uint64 // directed deliveries from other nodes for a client not here
 	ClusterRedirects      uint64 // messages sent on to the node a session moved to, while the other nodes learnt of the move
-	ClusterStaleForwards  uint64 // forwards not given to a session adopted from its replica: routed before the sender saw the adoption, they reached the session where it was
+	ClusterStaleForwards  uint64 // forwards not given to a session adopted from a replica: sent by the node it came from before that node saw the adoption
 	SessionsHandedOver    uint64 // sessions given to another node where their client resumed them
 	SessionsAdopted       uint64 // sessions taken from another node for a client resuming here
 	RetainedFromPeers     uint64 // retained messages (and clears) other nodes sent that were newer than this node's
