@@ -117,11 +117,12 @@ type ClusterInbound interface {
 	// a node that joins or comes back.
 	RetainedSnapshot() []*Message
 	MergeRetained(ms []*Message) int
-	// HandOver, Adopt, Drop and Evict move a session between nodes; see
-	// each.
+	// HandOver, Adopt, ConfirmAdopted, Drop and Evict move a session
+	// between nodes; see each.
 	HandOver(clientID, to string) (*SessionState, bool)
 	Adopt(st *SessionState) error
-	Drop(clientID string)
+	Drop(clientID, owner string)
+	ConfirmAdopted(clientID string)
 	Evict(clientID string)
 	// Clients lists the sessions here, for settling the restored ones
 	// with the registry.

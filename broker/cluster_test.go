@@ -425,7 +425,7 @@ func TestDropSettlesWhatArrivedMeanwhile(t *testing.T) {
 			t.Fatalf("publish %d: %v", i, rc)
 		}
 	}
-	s[0].Drop("moved") // the claim failed
+	s[0].Drop("moved", "") // the claim failed
 	net.down["n2"].Store(false)
 	got := map[string]bool{}
 	for {

@@ -222,22 +222,14 @@ func (s *session) exportLocked(subs map[string]*subscription) *SessionState {
 		})
 	}
 	slices.SortFunc(st.Session.Subscriptions, func(a, b SubscriptionRecord) int { return cmp.Compare(a.Filter, b.Filter) })
-	record := func(d *delivery, m *Message) *MessageRecord {
-		r := &MessageRecord{Seq: d.seq, Message: m, QoS: d.qos, Retain: d.retain, PacketID: d.pid,
-			Sent: d.sent || d.maybeSent, Released: d.released, SubIDs: d.subIDs.appendTo(nil)}
-		if d.group != nil {
-			r.GroupName, r.GroupFilter = d.group.key.name, d.group.key.filter
-		}
-		return r
-	}
 	for _, d := range s.inflight {
-		st.Messages = append(st.Messages, record(&d, d.msg))
+		st.Messages = append(st.Messages, d.record(d.msg))
 	}
 	seq := s.seq
 	for i := range s.queue.len() {
 		d := s.queue.at(i)
 		if d.feed == nil {
-			st.Messages = append(st.Messages, record(d, d.msg))
+			st.Messages = append(st.Messages, d.record(d.msg))
 			continue
 		}
 		// The feed's messages go as ordinary queued ones, numbered after
@@ -250,7 +242,7 @@ func (s *session) exportLocked(subs map[string]*subscription) *SessionState {
 			}
 			seq++
 			fd := delivery{seq: seq, qos: min(m.QoS, f.qos), retain: true, subIDs: f.ids}
-			st.Messages = append(st.Messages, record(&fd, m))
+			st.Messages = append(st.Messages, fd.record(m))
 		}
 	}
 	slices.SortFunc(st.Messages, func(a, b *MessageRecord) int { return cmp.Compare(a.Seq, b.Seq) })
@@ -261,10 +253,47 @@ func (s *session) exportLocked(subs map[string]*subscription) *SessionState {
 	return st
 }
 
+// record is the handed-over form of a delivery of m.
+func (d *delivery) record(m *Message) *MessageRecord {
+	r := &MessageRecord{Seq: d.seq, Message: m, QoS: d.qos, Retain: d.retain, PacketID: d.pid,
+		Sent: d.sent || d.maybeSent, Released: d.released, SubIDs: d.subIDs.appendTo(nil)}
+	if d.group != nil {
+		r.GroupName, r.GroupFilter = d.group.key.name, d.group.key.filter
+	}
+	return r
+}
+
+// takenSinceAdoption returns, for a session adopted here whose claim was
+// not confirmed (unclaimed), the messages it took after its adoption, in
+// order: they exist nowhere else.
+func (s *session) takenSinceAdoption() []*MessageRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.unclaimed {
+		return nil
+	}
+	var out []*MessageRecord
+	for i := range s.queue.len() {
+		if d := s.queue.at(i); d.seq > s.adopted && d.feed == nil {
+			out = append(out, d.record(d.msg))
+		}
+	}
+	for _, d := range s.inflight {
+		if d.seq > s.adopted {
+			out = append(out, d.record(d.msg))
+		}
+	}
+	slices.SortFunc(out, func(a, b *MessageRecord) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out
+}
+
 // Adopt installs a session another node handed over (HandOver there), for
 // the client about to resume it here: it is stored (and synced) before
 // Adopt returns, so that the CONNACK that follows promises only what is
-// durable. A session this node already has for the client is replaced.
+// durable. A session this node already has for the client is replaced;
+// but when that one is itself an adopted copy whose claim was never
+// confirmed (the same state, handed over again), the messages it took
+// since are kept, after the state's.
 func (srv *Server) Adopt(st *SessionState) error {
 	rec := &st.Session
 	s := newSession(srv, rec.ClientID, rec.Version)
@@ -275,12 +304,14 @@ func (srv *Server) Adopt(st *SessionState) error {
 	delete(srv.sessions, rec.ClientID)
 	delete(srv.handed, rec.ClientID)
 	srv.mu.Unlock()
+	var carried []*MessageRecord
 	if old != nil {
 		// A stale copy (this node's, from before the client moved): the
 		// state handed over supersedes it, messages included, so nothing
 		// of it is redispatched. Its records go before the new ones are
-		// written.
-		srv.discard(old, false)
+		// written. What an unconfirmed adoption took since goes on.
+		carried = old.takenSinceAdoption()
+		srv.discard(old)
 	}
 	s.mu.Lock()
 	s.saveLocked()
@@ -312,6 +343,13 @@ func (srv *Server) Adopt(st *SessionState) error {
 		s.setInboundLocked(pid, true)
 	}
 	s.adopted = s.seq
+	for _, mr := range carried {
+		d := srv.deliveryOf(mr)
+		s.seq++
+		d.seq, d.pid, d.sent = s.seq, 0, false
+		s.saveMsgLocked(&d)
+		s.queue.push(d)
+	}
 	s.dupBefore = s.since.Add(moveSkew)
 	s.unclaimed = true
 	s.mu.Unlock()
@@ -333,8 +371,11 @@ func (srv *Server) Adopt(st *SessionState) error {
 // still has them (and hands them over again at the client's next
 // attempt). Share-group messages its subscriptions took here while the
 // claim was being written exist nowhere else: they go to the other
-// members (settle), as a departed member's do.
-func (srv *Server) Drop(clientID string) {
+// members (settle), as a departed member's do. When owner names the node
+// that holds the session now (its client resumed there), the ordinary
+// QoS 1 and 2 messages the copy took since its adoption go there, with
+// DUP; with owner empty (not known yet) they go with the copy.
+func (srv *Server) Drop(clientID, owner string) {
 	srv.mu.Lock()
 	sess := srv.sessions[clientID]
 	if sess != nil {
@@ -342,22 +383,22 @@ func (srv *Server) Drop(clientID string) {
 	}
 	srv.mu.Unlock()
 	if sess != nil {
-		srv.discard(sess, true)
+		srv.discardAbove(sess, sess.adoptedSeq(), owner)
 	}
 }
 
-// discard drops a session superseded by one handed over, or adopted for a
-// claim that failed: its connection is closed (0x8E), its subscriptions
-// stop routing, and its records are deleted, without publishing its will
-// (the session lives on, elsewhere). Its messages are not handed to other
-// members, but for those it took after its adoption when settleAdopted
-// is set: they go to the other members first (settle).
-func (srv *Server) discard(sess *session, settleAdopted bool) {
-	if !settleAdopted {
-		srv.discardAbove(sess, ^uint64(0), "")
-		return
-	}
-	srv.discardAbove(sess, sess.adoptedSeq(), "")
+// ConfirmAdopted tells the broker that the claim of a session Adopt
+// installed, given up for lost when etcd did not confirm it in time, was
+// written after all: the copy is the client's session, and takes the
+// messages redirected to it from the node it came from.
+func (srv *Server) ConfirmAdopted(clientID string) { srv.claimed(clientID) }
+
+// discard drops a session superseded by one handed over: its connection
+// is closed (0x8E), its subscriptions stop routing, and its records are
+// deleted, without publishing its will (the session lives on, elsewhere).
+// Its messages are not handed to other members.
+func (srv *Server) discard(sess *session) {
+	srv.discardAbove(sess, ^uint64(0), "")
 }
 
 // adoptedSeq is the seq of the last message of the state the session was

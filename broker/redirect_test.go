@@ -157,3 +157,94 @@ func TestRerouteIntoAFullQueueTakesIt(t *testing.T) {
 		t.Errorf("the historian got %v, want 0 to 5", got)
 	}
 }
+
+// TestAdoptAgainKeepsWhatTheUnconfirmedCopyTook: a session handed over to
+// node 2 whose claim etcd did not confirm is kept there (the glue keeps
+// it), and takes messages published on node 2 meanwhile. Handed over
+// again from node 1's kept state, for the client's next attempt, it keeps
+// those messages after the state's: they exist nowhere else.
+func TestAdoptAgainKeepsWhatTheUnconfirmedCopyTook(t *testing.T) {
+	_, s := startCluster(t, 2)
+	sub := windowSub(t, s[0].Addr, "hist", "r/#", 10, 300)
+	sub.Send((&packet.Disconnect{}).Append(nil, packet.V5))
+	sub.ExpectClosed()
+	pub0, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub0", true))
+	if rc := pubAck(t, pub0, 1, "r/1", "handed"); rc != packet.Success {
+		t.Fatalf("publish on node 1: %v", rc)
+	}
+	st, ok := s[0].HandOver("hist", "n2")
+	if !ok {
+		t.Fatal("no session to hand over")
+	}
+	// The state crosses the wire between gateways.
+	wire := st.AppendBinary(nil)
+	adopt := func() {
+		t.Helper()
+		st, err := broker.UnmarshalSessionState(wire)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s[1].Adopt(st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	adopt() // the claim that follows is not confirmed
+	pub1, _ := brokertest.Connect(t, s[1].Addr, rawV5("pub1", true))
+	for i := 1; i <= 3; i++ {
+		if rc := pubAck(t, pub1, uint16(i), "r/1", fmt.Sprint("taken-", i)); rc != packet.Success {
+			t.Fatalf("publish %d on node 2: %v", i, rc)
+		}
+	}
+	// The client's next attempt: node 1 hands over the state it kept
+	// (with a store; this one's has none, so the test keeps it for it).
+	adopt()
+	resumed, ack := brokertest.Connect(t, s[1].Addr, withExpiry(rawV5("hist", false), 300))
+	if !ack.SessionPresent {
+		t.Fatal("session not present on node 2")
+	}
+	var got []string
+	for range 4 {
+		var p packet.Publish
+		h, body, err := resumed.Read(2 * time.Second)
+		if err != nil || h.Type != packet.PUBLISH {
+			t.Fatalf("resumed session got %q, then %v", got, err)
+		}
+		if err := p.Decode(packet.V5, h.Flags, body); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(p.Payload))
+		if p.QoS > 0 {
+			resumed.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+		}
+	}
+	if want := []string{"handed", "taken-1", "taken-2", "taken-3"}; !slices.Equal(got, want) {
+		t.Fatalf("resumed session got %q, want %q", got, want)
+	}
+}
+
+// TestConfirmAdoptedTakesRedirects: a session adopted on node 2 turns away
+// what node 1 redirects to it until its claim is confirmed; confirmed
+// late (ConfirmAdopted: the claim was written after all), it takes them
+// at once.
+func TestConfirmAdoptedTakesRedirects(t *testing.T) {
+	clk := brokertest.NewFakeClock()
+	_, s := startClusterOpts(t, 2, broker.Options{Clock: clk})
+	sub := windowSub(t, s[0].Addr, "hist", "r/#", 10, 300)
+	sub.Send((&packet.Disconnect{}).Append(nil, packet.V5))
+	sub.ExpectClosed()
+	handOff(t, s[0], s[1], "n2", "hist")
+	s[1].ConfirmAdopted("hist")
+	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
+	if rc := pubAck(t, pub, 1, "r/1", "meanwhile"); rc != packet.Success {
+		t.Fatalf("publish on node 1 during the move: %v", rc)
+	}
+	// No clock advance: node 1's first attempt is taken.
+	brokertest.Eventually(t, 5*time.Second, "the redirected message queued on node 2", func() bool {
+		for _, c := range s[1].Clients() {
+			if c.ClientID == "hist" {
+				return c.Queued == 1
+			}
+		}
+		return false
+	})
+}

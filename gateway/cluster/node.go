@@ -73,10 +73,16 @@ type Node struct {
 	// adopting marks the clients whose sessions are being adopted here
 	// from a replica, between the claim and the install: a hand-over asked
 	// meanwhile waits for the install (HandOver).
-	claimMu  sync.Mutex
-	claimed  map[string]int64
-	claiming map[string]int
-	adopting map[string]struct{}
+	//
+	// unconfirmed are the sessions handed over here whose claim etcd did
+	// not confirm in time, kept until the line's record says whose they
+	// are (see claim), with the revision of the record they were handed
+	// over under.
+	claimMu     sync.Mutex
+	claimed     map[string]int64
+	claiming    map[string]int
+	adopting    map[string]struct{}
+	unconfirmed map[string]int64
 
 	// parked are the routes of nodes gone with their lease, still routed
 	// to (HandleEvent), by node and filter.
@@ -149,6 +155,7 @@ func (n *Node) init(ro registry.Options) error {
 	n.claimed = map[string]int64{}
 	n.claiming = map[string]int{}
 	n.adopting = map[string]struct{}{}
+	n.unconfirmed = map[string]int64{}
 	n.parked = map[string]map[string]struct{}{}
 	n.peers = map[string]string{}
 	n.ready = make(chan struct{})
@@ -365,26 +372,30 @@ func (n *Node) claim(ctx context.Context, clientID string, cleanStart bool, will
 		}
 		if st != nil {
 			if err := n.srv.Adopt(st); err != nil {
-				n.srv.Drop(clientID)
+				n.srv.Drop(clientID, "")
 				return fmt.Errorf("cluster: storing the session handed over from %s: %w", o.Node, err)
 			}
 			adopted = true
 		}
 	}
 	claimConnection := n.reg.ClaimConnection
-	if !cleanStart {
+	switch {
+	case adopted:
+		claimConnection = n.reg.ResumeHandedOver
+	case !cleanStart:
 		claimConnection = n.reg.ResumeConnection
 	}
 	claim, err := claimConnection(ctx, clientID, will)
 	if err == nil {
 		n.setClaimed(clientID, claim.Revision)
 		n.wills.claimed(clientID, will)
+		n.confirmed(clientID)
 	}
 	if err != nil && adopted && ctx.Err() == nil {
 		// Another node claimed the client meanwhile: the state stays with
 		// the node that handed it over, which gives it again to whoever
 		// wins.
-		n.srv.Drop(clientID)
+		n.srv.Drop(clientID, "")
 	}
 	if err != nil && ctx.Err() != nil {
 		// etcd did not answer in time (an election, a partition, a
@@ -393,13 +404,67 @@ func (n *Node) claim(ctx context.Context, clientID string, cleanStart bool, will
 		// one) a member of its groups, taking the client's share of
 		// messages that are acknowledged and never delivered: the CONNECT
 		// is refused (0x88) and the client tries again.
-		if adopted {
-			n.srv.Drop(clientID)
+		//
+		// A copy handed over is kept, though, and so is its claim, once
+		// sent (ResumeHandedOver): the node that handed the session over
+		// lets go of its own copy as soon as it sees the claim (fault-suite
+		// seeds 2 and 12 lost 600 and 724 messages when this copy was
+		// dropped and the claim undone). The record decides (HandleEvent):
+		// naming this node, the copy is the session; naming another (the
+		// claim was not sent, or lost to another), the copy goes, and what
+		// it took meanwhile with it to that node.
+		if adopted && n.unconfirm(clientID, o.Revision) {
+			n.srv.ConfirmAdopted(clientID) // written already: the record came first
+		} else if adopted {
+			n.log.Warn("session handed over, its claim not confirmed by etcd in time: kept until the line's record says whose it is", "client", clientID, "from", o.Node)
 		}
 		n.log.Warn("session not claimed: etcd did not answer in time; CONNECT refused", "client", clientID, "err", err)
 		return fmt.Errorf("cluster: claiming the session: etcd did not answer in time: %w", err)
 	}
 	return err
+}
+
+// unconfirm notes that client's session, handed over here under the
+// ownership record of revision rev, is kept without a confirmed claim. It
+// reports true, noting nothing, when a later record naming this node has
+// been seen already: the claim was written.
+func (n *Node) unconfirm(client string, rev int64) bool {
+	n.claimMu.Lock()
+	defer n.claimMu.Unlock()
+	if n.claimed[client] > rev {
+		return true
+	}
+	n.unconfirmed[client] = rev
+	return false
+}
+
+// confirmed forgets that client's session was unconfirmed: it is claimed
+// here, or handed on.
+func (n *Node) confirmed(client string) {
+	n.claimMu.Lock()
+	delete(n.unconfirmed, client)
+	n.claimMu.Unlock()
+}
+
+// settleUnconfirmed says what a record of client's ownership means for
+// a copy kept unconfirmed here: mine when the record names this node (the
+// claim was written after all), gone when it names another node and is
+// later than the record the copy was handed over under. It reports
+// whether there was such a copy that the record settles.
+func (n *Node) settleUnconfirmed(ev registry.Event) (mine, gone bool) {
+	n.claimMu.Lock()
+	defer n.claimMu.Unlock()
+	rev, ok := n.unconfirmed[ev.Client]
+	switch {
+	case !ok || ev.Owner.Revision <= rev:
+		return false, false
+	case ev.Owner.Node == n.self:
+		delete(n.unconfirmed, ev.Client)
+		return true, false
+	default:
+		delete(n.unconfirmed, ev.Client)
+		return false, true
+	}
 }
 
 // errNotReady refuses a CONNECT that came before the node was ready.
@@ -548,6 +613,7 @@ func (n *Node) HandOver(to, clientID string) []byte {
 	if !ok {
 		return nil
 	}
+	n.confirmed(clientID) // handed on: the record will name to, or take it back
 	return st.AppendBinary(nil)
 }
 
@@ -691,6 +757,20 @@ func (n *Node) HandleEvent(ev registry.Event) {
 	case registry.MemberLeft:
 		n.srv.SetRemoteMember(remoteMember(ev), false)
 	case registry.SessionOwned:
+		switch mine, gone := n.settleUnconfirmed(ev); {
+		case mine:
+			n.log.Info("the claim of a session kept unconfirmed was written: the session is this node's", "client", ev.Client)
+			n.srv.ConfirmAdopted(ev.Client)
+		case gone:
+			// Resumed elsewhere (or where it was handed over from): the
+			// copy goes, and what it took since its adoption goes on to
+			// the owner (share-group messages to the other members).
+			n.lost(ev)
+			n.log.Info("letting go of a session kept unconfirmed: its client resumed on another node", "client", ev.Client, "owner", ev.Owner.Node)
+			n.srv.Drop(ev.Client, ev.Owner.Node)
+			n.srv.Evict(ev.Client)
+			return
+		}
 		if !n.lost(ev) {
 			break
 		}

@@ -570,16 +570,34 @@ func (g *registrar) sessionItem(o *op, lease clientv3.LeaseID) (item, bool) {
 			o.w.complete(g.lastRev, nil) // not ours (any more): nothing to release
 			return item{}, false
 		}
+		var then []clientv3.Op
+		if !o.keepRecord {
+			then = append(then, clientv3.OpDelete(k))
+		}
+		if o.will != "" {
+			// The will of a connection that was refused, if still there.
+			wk := r.keys.will(o.client)
+			then = append(then, clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.Value(wk), "=", o.will)},
+				[]clientv3.Op{clientv3.OpDelete(wk)}, nil))
+		}
+		if len(then) == 0 {
+			o.w.complete(g.lastRev, nil)
+			return item{}, false
+		}
 		return item{
 			op: clientv3.OpTxn(
 				[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", h.rev)},
-				[]clientv3.Op{clientv3.OpDelete(k)},
+				then,
 				nil,
 			),
 			result: func(tr *pb.TxnResponse, rev int64) {
 				// Deleted, or already taken over by another node: either way
-				// this node no longer owns it.
-				delete(g.sessions, o.client)
+				// this node no longer owns it (unless the record was kept,
+				// and is still this node's).
+				if !o.keepRecord || !tr.Succeeded {
+					delete(g.sessions, o.client)
+				}
 				o.w.complete(rev, nil)
 			},
 		}, true

@@ -417,3 +417,51 @@ func crashableClient(t *testing.T) *clientv3.Client {
 	}
 	return cli
 }
+
+// TestHandedOverClaimOutlivesItsCaller: a claim of a session handed over
+// to a, sent while a is cut off from etcd and given up by its caller,
+// lands when a is back and stays (ResumeHandedOver): the node that handed
+// the session over lets go of its copy when it sees the claim, so the
+// record must name the node that has one. A plain resumption given up so
+// is undone instead. Either way the will the claim wrote goes: its
+// connection was refused, and the line must not publish it.
+func TestHandedOverClaimOutlivesItsCaller(t *testing.T) {
+	cli, proxy := shared.ProxiedClient(t)
+	a := start(t, cli, "a", nil)
+	b := start(t, shared.Client(t), "b", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	for _, c := range []struct {
+		client string
+		claim  func(context.Context, string, string) (registry.Claim, error)
+		kept   bool
+	}{
+		{"kept", a.ResumeHandedOver, true},
+		{"undone", a.ResumeConnection, false},
+	} {
+		if _, err := b.ClaimConnection(ctx, c.client, ""); err != nil {
+			t.Fatal(err)
+		}
+		proxy.Cut()
+		// The registrar sends a claim as soon as it is queued, and the
+		// reply cannot come while a is cut off: its caller gives up.
+		short, stop := context.WithTimeout(ctx, time.Second)
+		_, err := c.claim(short, c.client, "will-"+c.client)
+		stop()
+		if err == nil {
+			t.Fatalf("%s: claimed while cut off from etcd", c.client)
+		}
+		proxy.Resume()
+		eventually(t, c.client+": the claim settled", func() bool {
+			o, ok, err := b.LookupSession(ctx, c.client)
+			_, will, werr := b.Will(ctx, c.client)
+			if err != nil || werr != nil || will {
+				return false
+			}
+			if c.kept {
+				return ok && o.Node == "a"
+			}
+			return !ok
+		})
+	}
+}

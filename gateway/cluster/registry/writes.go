@@ -76,6 +76,12 @@ type op struct {
 	at                    time.Time
 	w                     *Write
 	claim                 *claimState // opClaim only
+
+	// The release of a claim whose caller gave up (its connection
+	// refused) deletes the will that claim wrote too, and keepRecord keeps
+	// the ownership record itself (ResumeHandedOver).
+	will       string
+	keepRecord bool
 }
 
 // claimState is a claim's progress, kept by the registrar, and its outcome
@@ -102,6 +108,9 @@ type claimState struct {
 	// record naming the node that session was adopted from (Replica)
 	// keeps naming it (ResumeConnection).
 	resume bool
+	// keep: a claim seen through when its caller gives up is not undone
+	// (ResumeHandedOver).
+	keep bool
 }
 
 // AddRoute records that this node has an ordinary subscriber of filter.
@@ -177,6 +186,16 @@ func (r *Registry) ResumeConnection(ctx context.Context, client, will string) (C
 	return r.claim(ctx, client, &claimState{ctx: ctx, setWill: true, will: will, resume: true})
 }
 
+// ResumeHandedOver is ResumeConnection for a session another node has just
+// handed over to this one: once sent, the claim is kept even if the
+// caller gives up waiting for it (only the will it wrote goes: its
+// connection was refused). Undone, it would leave the line with no copy:
+// the node that handed the session over lets go of its own as soon as it
+// sees the claim, and the release after it names nobody to ask.
+func (r *Registry) ResumeHandedOver(ctx context.Context, client, will string) (Claim, error) {
+	return r.claim(ctx, client, &claimState{ctx: ctx, setWill: true, will: will, resume: true, keep: true})
+}
+
 // ClaimReplica makes this node the owner of client's session, adopted
 // from the replica it kept of node's session, node being gone: only if
 // nobody owns the client now (node's record went with its lease). It
@@ -191,7 +210,7 @@ func (r *Registry) claim(ctx context.Context, client string, cs *claimState) (Cl
 	w := r.enqueue(&op{kind: opClaim, client: client, claim: cs})
 	if err := w.Wait(ctx); err != nil {
 		if ctx.Err() != nil {
-			r.enqueue(&op{kind: opRelease, client: client})
+			r.enqueue(&op{kind: opRelease, client: client, will: cs.will, keepRecord: cs.keep})
 		}
 		return Claim{}, err
 	}
