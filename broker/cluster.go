@@ -404,7 +404,8 @@ var ErrNotHere = errors.New("broker: not here")
 // topic again. done reports whether the session took it (and, for a
 // persistent session, the Store made it durable), or an error when the
 // node could not take it now; it is called exactly once, possibly on
-// another goroutine.
+// another goroutine, and must not block (a persistent session's answer is
+// given from the group commit's goroutine).
 //
 // A RemoteMember with no ClientID stands for this node's ordinary
 // subscribers: m is routed to them, as ForwardFrom does, and done reports
@@ -451,7 +452,7 @@ func (srv *Server) DeliverFrom(from string, to RemoteMember, m *Message, done fu
 		done(true, nil)
 		return
 	}
-	go func() { done(srv.syncStore() == nil, nil) }()
+	srv.afterSync(func(err error) { done(err == nil, nil) })
 }
 
 // ErrMaybeDelivered wraps a directed delivery's error when the other node

@@ -155,6 +155,16 @@ type Store interface {
 	Sync(ctx context.Context) error
 }
 
+// Committer is a Store that can commit what it holds at once, rather than
+// when its own batch is due (storage/bolt's Store, whose storage.sync:
+// batch collects changes for an interval). The broker asks it to when the
+// acknowledgements waiting for a sync stop coming: the publishers have
+// sent all their windows allow, and waiting out the interval would only
+// keep them waiting (see syncer).
+type Committer interface {
+	Commit(ctx context.Context) error
+}
+
 // Snapshot is everything a Store holds, as loaded at start.
 type Snapshot struct {
 	Sessions []*SessionRecord

@@ -365,10 +365,7 @@ func (srv *Server) answerRouted(r *router, done func(accepted bool, err error)) 
 		case !persisted:
 			done(true, nil)
 		default:
-			go func() {
-				err := srv.syncStore()
-				done(err == nil, err)
-			}()
+			srv.afterSync(func(err error) { done(err == nil, err) })
 		}
 	}
 	if r.remote == nil {

@@ -1,6 +1,11 @@
 package broker
 
-import "sync"
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
 // syncer is the broker's group commit: readers hand it the acknowledgements
 // that must wait for the Store, and one goroutine calls Store.Sync for all
@@ -8,19 +13,32 @@ import "sync"
 // readers keep reading and the next batch collects, so a publisher with a
 // window of messages in flight gets them acknowledged a batch at a time,
 // not one sync per message.
+//
+// A Store that commits on a timer (storage.sync: batch) is asked to commit
+// at once (Committer) as soon as no acknowledgement has been added for
+// quietCommit: the publishers waiting for these have nothing more to send
+// until they get them, so the rest of the interval would add nothing to
+// the batch but their wait.
 type syncer struct {
-	srv  *Server
-	mu   sync.Mutex
-	next []ackBatch
-	wake chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	srv   *Server
+	mu    sync.Mutex
+	next  []ackBatch
+	added atomic.Uint64 // acknowledgements batches added, ever: quiet when it stops moving
+	wake  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
 }
 
-// ackBatch is one read's acknowledgements.
+// quietCommit is how long no acknowledgement may be added, while a sync
+// waits, before a Committer is asked to commit at once.
+const quietCommit = time.Millisecond
+
+// ackBatch is one read's acknowledgements, or (c nil) a wait of another
+// kind told the sync's result through then.
 type ackBatch struct {
 	c    *conn
 	acks []heldAck
+	then func(error)
 }
 
 func newSyncer(srv *Server) *syncer {
@@ -35,8 +53,23 @@ func newSyncer(srv *Server) *syncer {
 func (s *syncer) add(c *conn, acks []heldAck) {
 	c.syncing.Add(1)
 	s.mu.Lock()
-	s.next = append(s.next, ackBatch{c, acks})
+	s.next = append(s.next, ackBatch{c: c, acks: acks})
 	s.mu.Unlock()
+	s.added.Add(1)
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// after calls then with the result of the next sync, for a wait that is
+// not a connection's: a delivery another node asked for, whose answer
+// waits for the message to be stored. then must not block.
+func (s *syncer) after(then func(error)) {
+	s.mu.Lock()
+	s.next = append(s.next, ackBatch{then: then})
+	s.mu.Unlock()
+	s.added.Add(1)
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -64,14 +97,61 @@ func (s *syncer) loop() {
 		if len(batch) == 0 {
 			continue
 		}
-		err := s.srv.syncStore()
+		err := s.sync()
 		for _, b := range batch {
+			if b.c == nil {
+				b.then(err)
+				continue
+			}
 			b.c.sendAcks(b.acks, err)
 			b.c.syncing.Add(-1)
 			b.c.signal()
 		}
 		clear(batch)
 	}
+}
+
+// sync waits for the Store to make durable what the batch's
+// acknowledgements promise, asking a Committer to commit at once when the
+// acknowledgements stop coming.
+func (s *syncer) sync() error {
+	c, ok := s.srv.opts.Store.(Committer)
+	if !ok {
+		return s.srv.syncStore()
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.srv.syncStore() }()
+	t := time.NewTimer(quietCommit)
+	defer t.Stop()
+	last := s.added.Load()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-t.C:
+		}
+		if n := s.added.Load(); n != last {
+			last = n
+			t.Reset(quietCommit)
+			continue
+		}
+		// The commit's result reaches the Sync waiting above too.
+		ctx, cancel := context.WithTimeout(context.Background(), s.srv.opts.WriteTimeout)
+		_ = c.Commit(ctx)
+		cancel()
+		return <-done
+	}
+}
+
+// afterSync calls then with the result of the next group commit, as the
+// syncer gives the publishers' acknowledgements theirs. then must not
+// block.
+func (srv *Server) afterSync(then func(error)) {
+	if srv.syncer == nil {
+		then(nil) // no Store: nothing to wait for
+		return
+	}
+	srv.syncer.after(then)
 }
 
 // close stops the syncer once everything queued has been synced and sent.

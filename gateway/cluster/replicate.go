@@ -306,6 +306,18 @@ func (r *replicator) Sync(ctx context.Context) error {
 	return err
 }
 
+// Commit implements broker.Committer: the broker's publishers are waiting
+// and sending nothing more, so the local store commits at once when it can
+// (a replica commits each batch as it comes; Sync waits for both).
+func (r *replicator) Commit(ctx context.Context) error {
+	if c, ok := r.local.(broker.Committer); ok {
+		return c.Commit(ctx)
+	}
+	return r.local.Sync(ctx)
+}
+
+var _ broker.Committer = (*replicator)(nil)
+
 // wait blocks until the replica has the first at ops, or they were given
 // up on (the replica unreachable), or ctx ends.
 func (l *replicaLink) wait(ctx context.Context, at uint64) error {
