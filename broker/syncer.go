@@ -20,13 +20,14 @@ import (
 // until they get them, so the rest of the interval would add nothing to
 // the batch but their wait.
 type syncer struct {
-	srv   *Server
-	mu    sync.Mutex
-	next  []ackBatch
-	added atomic.Uint64 // acknowledgements batches added, ever: quiet when it stops moving
-	wake  chan struct{}
-	stop  chan struct{}
-	done  chan struct{}
+	srv    *Server
+	mu     sync.Mutex
+	next   []ackBatch
+	closed bool          // under mu: waits added from now on are told ErrServerClosed
+	added  atomic.Uint64 // acknowledgements batches added, ever: quiet when it stops moving
+	wake   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 // quietCommit is how long no acknowledgement may be added, while a sync
@@ -67,6 +68,11 @@ func (s *syncer) add(c *conn, acks []heldAck) {
 // waits for the message to be stored. then must not block.
 func (s *syncer) after(then func(error)) {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		then(ErrServerClosed)
+		return
+	}
 	s.next = append(s.next, ackBatch{then: then})
 	s.mu.Unlock()
 	s.added.Add(1)
@@ -158,4 +164,16 @@ func (srv *Server) afterSync(then func(error)) {
 func (s *syncer) close() {
 	close(s.stop)
 	<-s.done
+	// A wait added after the last sync (a delivery answered as the server
+	// stops) is told it failed, so that its sender does not wait in vain.
+	s.mu.Lock()
+	s.closed = true
+	left := s.next
+	s.next = nil
+	s.mu.Unlock()
+	for _, b := range left {
+		if b.c == nil {
+			b.then(ErrServerClosed)
+		}
+	}
 }
