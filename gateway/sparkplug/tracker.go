@@ -257,7 +257,7 @@ func (e *edge) observe(t *Tracker, tp Topic, p *Payload, valid bool, m *broker.M
 		return broker.Watched
 	}
 	if tp.Kind == NDEATH {
-		if e.online && e.staleDeath(t, p, from) {
+		if (e.online && e.staleDeath(t, p, from)) || (!e.online && e.earlierSession(p)) {
 			e.held++
 			return broker.HeldBack
 		}
@@ -326,19 +326,24 @@ const staleWindow = 5 * time.Second
 // not seen before is not judged stale: it may be a session's whose birth
 // is still on its way.
 func (e *edge) staleDeath(t *Tracker, p *Payload, from string) bool {
-	if p.HasBdSeq && e.bdSeq >= 0 {
-		b := int64(p.BdSeq & (1<<63 - 1))
-		if b != e.bdSeq {
-			for _, x := range e.earlier[:e.nEarlier] {
-				if x == b {
-					return true
-				}
-			}
-			return false
-		}
+	if p.HasBdSeq && e.bdSeq >= 0 && int64(p.BdSeq&(1<<63-1)) != e.bdSeq {
+		return e.earlierSession(p)
 	}
 	return from != e.birthFrom && from != broker.FromLine && e.birthFrom != t.self &&
 		time.Since(e.bornAt) < staleWindow && t.reachable(e.birthFrom)
+}
+
+// earlierSession reports whether a payload's bdSeq is that of one of the
+// births before the last one. For an edge node already offline, such an
+// NDEATH is an earlier session's that came late (its gateway learned of
+// the takeover after the session that took over had died too: TestSparkplugLine
+// saw session 16's NDEATH reach a host after session 17's).
+func (e *edge) earlierSession(p *Payload) bool {
+	if !p.HasBdSeq || e.bdSeq < 0 {
+		return false
+	}
+	b := int64(p.BdSeq & (1<<63 - 1))
+	return b != e.bdSeq && slices.Contains(e.earlier[:e.nEarlier], b)
 }
 
 func (t *Tracker) reachable(node string) bool {

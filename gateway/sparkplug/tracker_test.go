@@ -189,3 +189,26 @@ func BenchmarkObserveDDATA(b *testing.B) {
 		after()
 	}
 }
+
+// TestTrackerLateDeathOfAnEarlierSession: session 16's NDEATH that comes
+// after session 17's (its gateway learned late of the takeover, after 17
+// was taken over too) is held back: the edge node is offline already, and
+// a host must not see 16's death after 17's birth. With a bdSeq that never
+// changes (Eclipse Tahu's JavaScript client keeps 0) nothing tells the
+// sessions apart, and it passes.
+func TestTrackerLateDeathOfAnEarlierSession(t *testing.T) {
+	tr := NewTracker(Options{Node: "n3", Reachable: func(string) bool { return true }})
+	run(t, tr, []step{
+		{nbirth, payload(0, 16), "n1", broker.Watched},
+		{nbirth, payload(0, 17), "n2", broker.Watched},
+		{ndeath, payload(-1, 17), "n2", broker.Watched},
+		{ndeath, payload(-1, 16), "n1", broker.HeldBack},
+	})
+	tahu := NewTracker(Options{Node: "n3", Reachable: func(string) bool { return true }})
+	run(t, tahu, []step{
+		{nbirth, payload(0, 0), "n1", broker.Watched},
+		{nbirth, payload(0, 0), "n2", broker.Watched},
+		{ndeath, payload(-1, 0), "n2", broker.Watched},
+		{ndeath, payload(-1, 0), "n1", broker.Watched},
+	})
+}
