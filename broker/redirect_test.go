@@ -24,6 +24,15 @@ func handOff(t *testing.T, from, to *brokertest.Server, toName, client string) {
 	}
 }
 
+// offlineHist leaves on s a persistent session "hist", offline, with an
+// ordinary QoS 1 subscription to r/#.
+func offlineHist(t *testing.T, s *brokertest.Server) {
+	t.Helper()
+	sub := windowSub(t, s.Addr, "hist", "r/#", 10, 300)
+	sub.Send((&packet.Disconnect{}).Append(nil, packet.V5))
+	sub.ExpectClosed()
+}
+
 // TestRedirectCarriesWhatArrivesMeanwhile: after node 1 handed a
 // persistent ordinary subscriber to node 2, a publish on node 1 still
 // reaches it, on node 2, with DUP; once node 1's redirect outlives its
@@ -31,9 +40,7 @@ func handOff(t *testing.T, from, to *brokertest.Server, toName, client string) {
 func TestRedirectCarriesWhatArrivesMeanwhile(t *testing.T) {
 	clk := brokertest.NewFakeClock()
 	_, s := startClusterOpts(t, 2, broker.Options{Clock: clk})
-	sub := windowSub(t, s[0].Addr, "hist", "r/#", 10, 300)
-	sub.Send((&packet.Disconnect{}).Append(nil, packet.V5))
-	sub.ExpectClosed()
+	offlineHist(t, s[0])
 	handOff(t, s[0], s[1], "n2", "hist")
 
 	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
@@ -70,9 +77,7 @@ func TestRedirectCarriesWhatArrivesMeanwhile(t *testing.T) {
 // session returns, so a publish there is delivered once, without DUP.
 func TestRedirectEndsWhenTheSessionComesBack(t *testing.T) {
 	_, s := startCluster(t, 2)
-	sub := windowSub(t, s[0].Addr, "hist", "r/#", 10, 300)
-	sub.Send((&packet.Disconnect{}).Append(nil, packet.V5))
-	sub.ExpectClosed()
+	offlineHist(t, s[0])
 	handOff(t, s[0], s[1], "n2", "hist")
 	handOff(t, s[1], s[0], "n1", "hist")
 	if n := s[0].Stats().Subscriptions; n != 1 {
@@ -165,9 +170,7 @@ func TestRerouteIntoAFullQueueTakesIt(t *testing.T) {
 // those messages after the state's: they exist nowhere else.
 func TestAdoptAgainKeepsWhatTheUnconfirmedCopyTook(t *testing.T) {
 	_, s := startCluster(t, 2)
-	sub := windowSub(t, s[0].Addr, "hist", "r/#", 10, 300)
-	sub.Send((&packet.Disconnect{}).Append(nil, packet.V5))
-	sub.ExpectClosed()
+	offlineHist(t, s[0])
 	pub0, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub0", true))
 	if rc := pubAck(t, pub0, 1, "r/1", "handed"); rc != packet.Success {
 		t.Fatalf("publish on node 1: %v", rc)
@@ -229,9 +232,7 @@ func TestAdoptAgainKeepsWhatTheUnconfirmedCopyTook(t *testing.T) {
 func TestConfirmAdoptedTakesRedirects(t *testing.T) {
 	clk := brokertest.NewFakeClock()
 	_, s := startClusterOpts(t, 2, broker.Options{Clock: clk})
-	sub := windowSub(t, s[0].Addr, "hist", "r/#", 10, 300)
-	sub.Send((&packet.Disconnect{}).Append(nil, packet.V5))
-	sub.ExpectClosed()
+	offlineHist(t, s[0])
 	handOff(t, s[0], s[1], "n2", "hist")
 	s[1].ConfirmAdopted("hist")
 	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
