@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"net"
-	"runtime"
 	"testing"
 	"time"
 
@@ -25,7 +24,7 @@ func BenchmarkSlowReaderHeap(b *testing.B) {
 		maxPending = 1 << 20
 	)
 	srv, addr := brokertest.RunServer(b, broker.Options{MaxPendingBytes: maxPending})
-	base := heapInuse()
+	base := robustSnapshot().heapInuse
 	for i := range readers {
 		c, _ := brokertest.Connect(b, addr, rawV5(fmt.Sprint("slow", i), true))
 		c.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("fan/t"), QoS: 0}}})
@@ -57,7 +56,7 @@ func BenchmarkSlowReaderHeap(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	held := float64(heapInuse()-base) / readers
+	held := float64(robustSnapshot().heapInuse-base) / readers
 	pending := 0
 	for _, c := range srv.Clients() {
 		pending += c.PendingBytes
@@ -65,12 +64,4 @@ func BenchmarkSlowReaderHeap(b *testing.B) {
 	b.ReportMetric(held, "heap-B/reader")
 	b.ReportMetric(float64(pending)/readers, "pending-B/reader")
 	b.ReportMetric(held/maxPending, "heap-x-pending")
-}
-
-func heapInuse() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse
 }

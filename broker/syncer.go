@@ -21,6 +21,7 @@ import (
 // the batch but their wait.
 type syncer struct {
 	srv    *Server
+	commit Committer // the Store, if it can commit at once; nil otherwise
 	mu     sync.Mutex
 	next   []ackBatch
 	closed bool          // under mu: waits added from now on are told ErrServerClosed
@@ -43,7 +44,8 @@ type ackBatch struct {
 }
 
 func newSyncer(srv *Server) *syncer {
-	s := &syncer{srv: srv, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	c, _ := srv.opts.Store.(Committer)
+	s := &syncer{srv: srv, commit: c, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go s.loop()
 	return s
 }
@@ -121,10 +123,11 @@ func (s *syncer) loop() {
 // acknowledgements promise, asking a Committer to commit at once when the
 // acknowledgements stop coming.
 func (s *syncer) sync() error {
-	c, ok := s.srv.opts.Store.(Committer)
-	if !ok {
+	if s.commit == nil {
 		return s.srv.syncStore()
 	}
+	// The Sync runs on a goroutine of its own (one per commit, not per
+	// message) so that this one can watch for the quiet.
 	done := make(chan error, 1)
 	go func() { done <- s.srv.syncStore() }()
 	t := time.NewTimer(quietCommit)
@@ -143,7 +146,7 @@ func (s *syncer) sync() error {
 		}
 		// The commit's result reaches the Sync waiting above too.
 		ctx, cancel := context.WithTimeout(context.Background(), s.srv.opts.WriteTimeout)
-		_ = c.Commit(ctx)
+		_ = s.commit.Commit(ctx)
 		cancel()
 		return <-done
 	}

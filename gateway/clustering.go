@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/gateway/cluster"
 	"github.com/linemq/linemq/gateway/config"
 	"github.com/linemq/linemq/gateway/health"
@@ -45,9 +46,9 @@ func startCluster(ctx context.Context, cfg *config.Config, dataDir, storeID, ver
 	})
 }
 
-// The replicas' stores commit a small batch at once, not at their next
-// batch interval (cluster.Committer).
-var _ cluster.Committer = (*bolt.Store)(nil)
+// The broker's group commit, and the replicas' stores for a small batch,
+// commit at once rather than at the next batch interval (broker.Committer).
+var _ broker.Committer = (*bolt.Store)(nil)
 
 // ReplicaDir is the directory, in the data directory, of the stores of
 // other gateways' sessions kept here: one bbolt file per gateway.

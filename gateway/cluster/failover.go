@@ -162,7 +162,7 @@ func (h *held) apply(from string, b []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), replicaCallTimeout)
 	defer cancel()
 	durable := o.st.Sync
-	if c, ok := o.st.(Committer); ok && len(bt.ops) <= commitNowOps {
+	if c, ok := o.st.(broker.Committer); ok && len(bt.ops) <= commitNowOps {
 		durable = c.Commit
 	}
 	if err := durable(ctx); err != nil {

@@ -35,18 +35,12 @@ import (
 // forgets the sessions of this node that the resync did not mention.
 
 // ReplicaStore is a store of the sessions a node keeps for another node.
-// One that is also a Committer commits a small batch at once (see
-// commitNowOps).
+// One that is also a broker.Committer commits a small batch at once (see
+// commitNowOps): a replica batch comes coalesced already, and the owner's
+// publishers wait for its commit.
 type ReplicaStore interface {
 	broker.Store
 	Close() error
-}
-
-// Committer is a store that can commit what it has now, rather than at
-// its next batch (storage/bolt's Store): a replica batch comes coalesced
-// already, and the owner's publishers wait for its commit.
-type Committer interface {
-	Commit(ctx context.Context) error
 }
 
 // ReplicaOptions configure the replicas of persistent sessions.
