@@ -2,7 +2,7 @@ package gateway_test
 
 import (
 	"fmt"
-	"github.com/linemq/linemq/internal/certtest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +12,7 @@ import (
 	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/gateway/config"
 	"github.com/linemq/linemq/gateway/health"
+	"github.com/linemq/linemq/internal/certtest"
 	"github.com/linemq/linemq/internal/mqtttest"
 )
 
@@ -39,9 +40,11 @@ func TestClusterMutualTLS(t *testing.T) {
 	})
 	w1, w2 := splitScenario(t, gw1, gw2, "tls")
 
+	var gw3TLS config.ClusterTLS
 	gw3 := startGateway(t, "gw3", func(c *config.Config) {
 		c.Cluster.Etcd.Endpoints = []string{clientURL}
 		meshTLS(t, c, other)
+		gw3TLS = c.Cluster.TLS
 	})
 	w3, _ := mqtttest.DialV5(t, gw3.MQTTAddr().String(), &paho.Connect{ClientID: "tls-w3", CleanStart: true}, nil)
 	w3.Sub("$share/tls/line/#", 1)
@@ -91,4 +94,27 @@ func TestClusterMutualTLS(t *testing.T) {
 		c, ok := gw3.Health().Get("cluster_peers")
 		return ok && c.State == health.Degraded && strings.Contains(c.Reason, "gw1: ") && strings.Contains(c.Reason, "gw2: ")
 	})
+
+	// gw3 is given a certificate of the line's CA, and the CA, in place of
+	// its files, with no restart and no SIGHUP: it reloads them by
+	// itself, the others' next dials succeed, and its member takes its
+	// share again.
+	cert, key := plant.Files(t, "gw3", "127.0.0.1")
+	for src, dst := range map[string]string{cert: gw3TLS.CertFile, key: gw3TLS.KeyFile, plant.File: gw3TLS.CAFile} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	brokertest.Eventually(t, 15*time.Second, "gw1 reaches gw3 with its new certificate", func() bool {
+		c, ok := gw1.Health().Get("cluster_peers")
+		return ok && c.State == health.OK
+	})
+	for i := range 30 {
+		pub.Pub("line/rotated", 1, false, fmt.Sprint(i))
+	}
+	w3.Next()
 }

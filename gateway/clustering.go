@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/gateway/certs"
 	"github.com/linemq/linemq/gateway/cluster"
 	"github.com/linemq/linemq/gateway/config"
 	"github.com/linemq/linemq/gateway/health"
@@ -26,12 +27,15 @@ func startCluster(ctx context.Context, cfg *config.Config, dataDir, storeID, ver
 	if err != nil {
 		return nil, err
 	}
-	meshTLS, err := cc.TLS.Load()
-	if err != nil {
-		return nil, err
+	var meshTLS *certs.Mutual
+	if cc.TLS.Set() {
+		if meshTLS, err = certs.LoadMutual(cc.TLS.Files()); err != nil {
+			return nil, fmt.Errorf("cluster.tls: %w", err)
+		}
 	}
 	return cluster.Start(ctx, cluster.Options{
-		Node: cfg.NodeID, Name: cc.Name, Listen: cc.Listen, Advertise: cc.Advertise, MeshTLS: meshTLS,
+		Node: cfg.NodeID, Name: cc.Name, Listen: cc.Listen, Advertise: cc.Advertise,
+		MeshTLS: meshTLS, MeshServerName: cc.TLS.ServerName,
 		Etcd: cluster.EtcdOptions{
 			Embed: cc.Etcd.Embed, Name: cc.Etcd.Name, PeerListen: cc.Etcd.PeerListen,
 			ClientListen: cc.Etcd.ClientListen, InitialCluster: cc.Etcd.InitialCluster,

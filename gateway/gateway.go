@@ -669,8 +669,8 @@ func (g *Gateway) closeListeners() {
 	}
 }
 
-// Reload reads the password and ACL files and the listeners' certificates
-// again (on SIGHUP), for MQTT and the status page's login alike. Connected
+// Reload reads the password and ACL files, the listeners' certificates and
+// the mesh's again (on SIGHUP), for MQTT and the status page's login alike. Connected
 // clients stay; a file that no longer reads leaves the previous one in
 // force and is reported.
 func (g *Gateway) Reload() error {
@@ -680,6 +680,9 @@ func (g *Gateway) Reload() error {
 	}
 	for _, l := range g.extra {
 		errs = append(errs, l.Reload())
+	}
+	if g.cluster != nil {
+		errs = append(errs, g.cluster.ReloadTLS())
 	}
 	return errors.Join(errs...)
 }

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/gateway/certs"
 	"github.com/linemq/linemq/gateway/cluster/etcdembed"
 	"github.com/linemq/linemq/gateway/cluster/internal/zaplog"
 	"github.com/linemq/linemq/gateway/cluster/registry"
@@ -36,8 +37,12 @@ type Options struct {
 	// Listen is the node-to-node transport's host:port, and Advertise the
 	// address other nodes dial (default: the address Listen got).
 	Listen, Advertise string
-	// MeshTLS makes the transport mutual TLS; nil is plain TCP.
-	MeshTLS *tls.Config
+	// MeshTLS makes the transport mutual TLS; nil is plain TCP. Its
+	// material may be reloaded while the cluster runs: new streams use it.
+	MeshTLS *certs.Mutual
+	// MeshServerName, when every gateway's certificate carries this one
+	// name rather than its node's, is that name (cluster.tls.server_name).
+	MeshServerName string
 	// Etcd is where the registry lives.
 	Etcd EtcdOptions
 	// ExpectedNodes are the gateways that belong to the line besides those
@@ -159,7 +164,11 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	}
 	n := &Node{self: o.Node, log: log.With("component", "cluster")}
 	mo := o.Mesh
-	mo.Node, mo.Cluster, mo.Handler, mo.TLS, mo.Logger = o.Node, cmp.Or(o.Name, registry.DefaultCluster), meshHandler{n}, o.MeshTLS, log.With("component", "peer")
+	mo.Node, mo.Cluster, mo.Handler, mo.Logger = o.Node, cmp.Or(o.Name, registry.DefaultCluster), meshHandler{n}, log.With("component", "peer")
+	if o.MeshTLS != nil {
+		mo.TLS, mo.ServerTLS = o.MeshTLS.ClientConfig(), o.MeshTLS.ServerConfig()
+		mo.TLS.ServerName = o.MeshServerName
+	}
 	if c.mesh, err = peer.New(mo); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
@@ -280,6 +289,10 @@ func (c *Cluster) Bind(srv broker.ClusterInbound) error {
 	c.log.Info("waiting for the cluster registry", "node", c.opts.Node, "cluster", cmp.Or(c.opts.Name, registry.DefaultCluster), "transport", c.ln.Addr().String())
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
+	if m := c.opts.MeshTLS; m != nil {
+		w := certs.NewWatcher(m.Files().List(), 0, func() { c.ReloadTLS() })
+		c.wg.Go(func() { w.Run(ctx) })
+	}
 	c.wg.Go(func() {
 		select {
 		case <-c.node.reg.Ready():
@@ -303,6 +316,23 @@ func (c *Cluster) Bind(srv broker.ClusterInbound) error {
 		c.wg.Go(func() { c.node.KeepWills(ctx) })
 		c.node.SyncRetained(ctx, time.Second)
 	})
+	return nil
+}
+
+// ReloadTLS reads the mesh's certificate, key, CA and CRL files again (the
+// cluster does so by itself when they change, and the gateway on SIGHUP).
+// Streams already open stay; new ones use the new material. On an error
+// the material in force stays, and the error is logged and returned.
+func (c *Cluster) ReloadTLS() error {
+	m := c.opts.MeshTLS
+	if m == nil {
+		return nil
+	}
+	if err := m.Reload(); err != nil {
+		c.log.Error("cluster.tls: reload failed; the previous certificates stay in force", "err", err)
+		return fmt.Errorf("cluster.tls: %w", err)
+	}
+	c.log.Info("cluster.tls: certificates reloaded", "cert_file", m.Files().Cert)
 	return nil
 }
 

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/linemq/linemq/gateway/certs"
 )
 
 // writeCertPair writes a CA and a certificate it issued for dnsName with
@@ -73,6 +75,8 @@ func TestClusterTLS(t *testing.T) {
 		{"bad files", base + "  etcd: {endpoints: [http://10.0.0.5:2379]}\n  tls:\n    cert_file: /nonexistent.crt\n    key_file: KEY\n    ca_file: NOTPEM\n", []string{
 			"linemq.yaml:6: cluster.tls.cert_file: open /nonexistent.crt",
 			"linemq.yaml:8: cluster.tls.ca_file: " + notPEM + " holds no PEM certificate"}},
+		{"bad crl", base + "  etcd: {endpoints: [http://10.0.0.5:2379]}\n  tls:\n    cert_file: CERT\n    key_file: KEY\n    ca_file: CA\n    crl_file: NOTPEM\n", []string{
+			"linemq.yaml:9: cluster.tls.crl_file: " + notPEM + " holds no revocation list"}},
 		{"etcd tls", base + "  etcd:\n    endpoints: [https://10.0.0.5:2379]\n    tls:\n      ca_file: CA\n      cert_file: CERT\n      key_file: KEY\n", nil},
 		{"etcd tls over http", base + "  etcd:\n    endpoints: [http://10.0.0.5:2379]\n    tls:\n      ca_file: CA\n", []string{
 			`linemq.yaml:5: cluster.etcd.endpoints[0]: "http://10.0.0.5:2379" is plain HTTP while cluster.etcd.tls is set: write https://`}},
@@ -90,16 +94,14 @@ func TestClusterTLS(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Validate = %v", err)
 				}
-				mesh, err := c.Cluster.TLS.Load()
-				if err != nil {
-					t.Fatal(err)
+				if c.Cluster.TLS.Set() {
+					if _, err := certs.LoadMutual(c.Cluster.TLS.Files()); err != nil {
+						t.Fatalf("the mesh's files validated but do not load: %v", err)
+					}
 				}
 				etcd, err := c.Cluster.Etcd.TLS.Load()
 				if err != nil {
 					t.Fatal(err)
-				}
-				if c.Cluster.TLS.Set() && (mesh == nil || len(mesh.Certificates) != 1 || mesh.RootCAs == nil || mesh.ClientCAs == nil) {
-					t.Errorf("mesh TLS = %+v", mesh)
 				}
 				if c.Cluster.Etcd.TLS.Set() && (etcd == nil || len(etcd.Certificates) != 1 || etcd.RootCAs == nil) {
 					t.Errorf("etcd TLS = %+v", etcd)
@@ -121,10 +123,11 @@ func TestClusterTLS(t *testing.T) {
 		})
 	}
 
-	// No TLS: both Loads return nil, so the mesh and the client run plain.
+	// No TLS: the etcd client's Load returns nil, so it runs plain (and
+	// the gateway loads the mesh's files only when the section is set).
 	var none Cluster
-	if m, err := none.TLS.Load(); m != nil || err != nil {
-		t.Errorf("unset cluster.tls: Load = %v, %v", m, err)
+	if none.TLS.Set() {
+		t.Error("an empty cluster.tls is set")
 	}
 	if e, err := none.Etcd.TLS.Load(); e != nil || err != nil {
 		t.Errorf("unset cluster.etcd.tls: Load = %v, %v", e, err)

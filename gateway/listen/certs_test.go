@@ -54,7 +54,7 @@ func newCA(t *testing.T, dir, name string) *testCA {
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(24 * time.Hour),
 		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 		BasicConstraintsValid: true,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
@@ -120,4 +120,65 @@ func uri(t *testing.T, s string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// writeCRL writes the CA's revocation list of revoked (none: an empty
+// list) to file, through a rename so that a watcher never reads half.
+func (ca *testCA) writeCRL(t *testing.T, file string, revoked ...tls.Certificate) string {
+	t.Helper()
+	serial++
+	tmpl := &x509.RevocationList{
+		Number:     big.NewInt(serial),
+		ThisUpdate: time.Now().Add(-time.Minute),
+		NextUpdate: time.Now().Add(time.Hour),
+	}
+	for _, c := range revoked {
+		leaf, err := x509.ParseCertificate(c.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.RevokedCertificateEntries = append(tmpl.RevokedCertificateEntries,
+			x509.RevocationListEntry{SerialNumber: leaf.SerialNumber, RevocationTime: time.Now()})
+	}
+	der, err := x509.CreateRevocationList(rand.Reader, tmpl, ca.cert, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, file+".new", "X509 CRL", der)
+	if err := os.Rename(file+".new", file); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// replaceFile copies src over dst through a rename, as a provisioning
+// tool would.
+func replaceFile(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst+".new", b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dst+".new", dst); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeFileOf writes the concatenation of srcs to dst.
+func writeFileOf(t *testing.T, dst string, srcs ...string) {
+	t.Helper()
+	var b []byte
+	for _, s := range srcs {
+		more, err := os.ReadFile(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = append(b, more...)
+	}
+	if err := os.WriteFile(dst, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/linemq/linemq/gateway/certs"
 )
 
 // Type is a listener's transport.
@@ -61,6 +63,11 @@ type Config struct {
 	// RequireClientCert refuses TLS clients without a valid certificate
 	// signed by CAFile. Needs CAFile.
 	RequireClientCert bool `yaml:"require_client_cert"`
+
+	// CRLFile holds the PEM revocation lists of CAFile's authorities: a
+	// client whose certificate is listed is refused, and one connected
+	// with it is disconnected when the list arrives. Needs CAFile.
+	CRLFile string `yaml:"crl_file"`
 
 	// Path is the HTTP path of a ws or wss listener. Default /mqtt.
 	Path string `yaml:"path"`
@@ -261,9 +268,16 @@ func (c *Config) Validate() error {
 			}
 		}
 		if c.CAFile != "" {
-			if _, err := loadCA(c.CAFile); err != nil {
+			if cas, err := certs.ParseCAs(c.CAFile); err != nil {
 				fail("ca_file", "%v", err)
+			} else if c.CRLFile != "" {
+				if _, err := certs.LoadCRL(c.CRLFile, cas); err != nil {
+					fail("crl_file", "%v", err)
+				}
 			}
+		}
+		if c.CRLFile != "" && c.CAFile == "" {
+			fail("crl_file", "needs ca_file: the authorities whose revocation lists these are")
 		}
 		if c.RequireClientCert && c.CAFile == "" {
 			fail("require_client_cert", "needs ca_file: the authorities whose client certificates to accept")
@@ -272,7 +286,7 @@ func (c *Config) Validate() error {
 		for _, f := range []struct {
 			key string
 			set bool
-		}{{"cert_file", c.CertFile != ""}, {"key_file", c.KeyFile != ""}, {"ca_file", c.CAFile != ""}, {"require_client_cert", c.RequireClientCert}} {
+		}{{"cert_file", c.CertFile != ""}, {"key_file", c.KeyFile != ""}, {"ca_file", c.CAFile != ""}, {"crl_file", c.CRLFile != ""}, {"require_client_cert", c.RequireClientCert}} {
 			if f.set {
 				fail(f.key, "only for tls and wss listeners (this one is %s)", e.Type)
 			}

@@ -22,6 +22,10 @@ func TestConfigsValidate(t *testing.T) {
 		{Type: TCP, Address: ":2008", Path: "/x", Origins: []string{"a"}},
 		{Type: WS, Address: ":2009", Origins: []string{"[x"}},
 		{Type: TLS, Address: ":2010", CertFile: p.certFile, KeyFile: p.keyFile, CAFile: p.certFile + ".missing"},
+		{Type: TLS, Address: ":2011", CertFile: p.certFile, KeyFile: p.keyFile, CRLFile: p.ca.file},
+		{Type: TCP, Address: ":2012", CRLFile: p.ca.file},
+		{Type: TLS, Address: ":2013", CertFile: p.certFile, KeyFile: p.keyFile, CAFile: p.ca.file, CRLFile: p.ca.file},
+		{Type: TLS, Address: ":2014", CertFile: p.certFile, KeyFile: p.keyFile, CAFile: p.ca.file, CRLFile: p.otherCRL},
 	}
 	err := cs.Validate()
 	want := []string{
@@ -37,6 +41,10 @@ func TestConfigsValidate(t *testing.T) {
 		"listeners[8].origins: only for ws and wss listeners",
 		`listeners[9].origins[0]: bad host pattern "[x"`,
 		"listeners[10].ca_file: open " + p.certFile + ".missing: no such file or directory",
+		"listeners[11].crl_file: needs ca_file",
+		"listeners[12].crl_file: only for tls and wss listeners (this one is tcp)",
+		"listeners[13].crl_file: " + p.ca.file + " holds no revocation list",
+		"listeners[14].crl_file: " + p.otherCRL + ", list 1 (issuer CN=another-ca): not signed by any authority of the CA file",
 	}
 	for _, w := range want {
 		if !strings.Contains(err.Error(), w) {

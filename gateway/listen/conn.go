@@ -124,6 +124,17 @@ type tlsConn struct {
 	remote    net.Addr
 	id        string
 	maxPacket int
+	forget    func() // takes it off the listener's verified connections; nil if not there
+	closing   sync.Once
+}
+
+// Close closes the connection, and takes it off its listener's verified
+// connections.
+func (c *tlsConn) Close() error {
+	if c.forget != nil {
+		c.closing.Do(c.forget)
+	}
+	return c.Conn.Close()
 }
 
 // MaxPacketSize implements broker.ListenerLimits.

@@ -14,13 +14,19 @@
 // a client that connects and says nothing holds its place for
 // Options.HandshakeTimeout at most, and never delays the next client.
 //
-// TLS is 1.2 or later. The certificate, key and CA are read at Listen and
-// again at [Listener.Reload] (the gateway calls it on SIGHUP): new
-// handshakes use the new files, established connections are untouched,
-// and files that do not load leave the old ones in force. With ca_file,
-// client certificates are verified (and required with
-// require_client_cert); a verified certificate's name becomes the
-// client's identity.
+// TLS is 1.2 or later. The certificate, key, CA and CRL are read at Listen
+// and again at [Listener.Reload], which the listener calls by itself once
+// their files have changed and settled (gateway/certs.Watcher, within half
+// a second) and the gateway on SIGHUP: new handshakes use the new files,
+// established connections are untouched, and files that do not load leave
+// the old ones in force. With ca_file, client certificates are verified
+// (and required with require_client_cert); a verified certificate's name
+// becomes the client's identity. With crl_file, a certificate its issuer
+// revoked is refused at the handshake, and a connection already open with
+// one is closed when the list that revokes it is loaded: revoking is how
+// an operator says a device must stop talking now, not at its next
+// reconnect. The broker sees such a close as a lost connection (the will
+// is published; a persistent session stays).
 //
 // # Identities
 //

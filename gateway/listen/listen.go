@@ -10,12 +10,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/gateway/certs"
 )
 
 // DefaultHandshakeTimeout bounds a TLS handshake or a WebSocket upgrade.
@@ -33,6 +33,12 @@ type Options struct {
 	// that a client that opens a connection and says nothing holds its
 	// place for no longer. Default 10s.
 	HandshakeTimeout time.Duration
+
+	// ReloadInterval is how often a tls or wss listener looks at its
+	// certificate, key, CA and CRL files, to Reload them once they have
+	// changed and settled (gateway/certs.Watcher). Default
+	// certs.DefaultInterval; negative: only calls to Reload read them.
+	ReloadInterval time.Duration
 }
 
 // refusalLogEvery rate-limits the log record of refusals at the limit: a
@@ -56,6 +62,7 @@ type Listener struct {
 	tcp       net.Listener // the socket
 	count     counter
 	tlsCfg    atomic.Pointer[tls.Config] // tls, wss: replaced by Reload
+	verified  verifiedConns              // tls, wss: open connections with a verified client certificate
 	http      *http.Server               // ws, wss
 	ready     chan net.Conn              // tls, ws, wss: handshaken connections
 	acceptErr chan error                 // tls: a fatal error from the socket
@@ -92,7 +99,8 @@ func Listen(ctx context.Context, cfg Config, opts Options) (*Listener, error) {
 			l.cancel()
 			return nil, err
 		}
-		l.tlsCfg.Store(tc)
+		l.tlsCfg.Store(tc.Config)
+		l.verified.m = map[net.Conn][][]*x509.Certificate{}
 	}
 	var lc net.ListenConfig
 	tcp, err := lc.Listen(ctx, "tcp", c.Address)
@@ -102,6 +110,10 @@ func Listen(ctx context.Context, cfg Config, opts Options) (*Listener, error) {
 	}
 	l.tcp = tcp
 	l.log = l.log.With("addr", tcp.Addr().String())
+	if c.Type.secure() && opts.ReloadInterval >= 0 {
+		w := certs.NewWatcher([]string{c.CertFile, c.KeyFile, c.CAFile, c.CRLFile}, opts.ReloadInterval, func() { l.Reload() })
+		l.wg.Go(func() { w.Run(l.ctx) })
+	}
 
 	switch c.Type {
 	case TLS:
@@ -207,10 +219,12 @@ func (l *Listener) Close() error {
 	return err
 }
 
-// Reload reads the certificate, key and CA files of a tls or wss listener
-// again; new handshakes use them, established connections keep theirs. On
-// an error the files in force stay, and the error says which file. For
-// other types it does nothing.
+// Reload reads the certificate, key, CA and CRL files of a tls or wss
+// listener again (the listener does so by itself when they change): new
+// handshakes use them, established connections keep theirs, except those
+// whose client certificate the new revocation list revokes, which are
+// closed. On an error the files in force stay, and the error says which
+// file. For other types it does nothing.
 func (l *Listener) Reload() error {
 	if !l.cfg.Type.secure() {
 		return nil
@@ -220,42 +234,116 @@ func (l *Listener) Reload() error {
 		l.log.Error("certificate reload failed; the previous certificate stays in force", "err", err)
 		return fmt.Errorf("%s: %w", l.URL(), err)
 	}
-	l.tlsCfg.Store(tc)
+	l.tlsCfg.Store(tc.Config)
 	args := []any{"cert_file", l.cfg.CertFile}
 	if leaf := tc.Certificates[0].Leaf; leaf != nil {
 		args = append(args, "subject", leaf.Subject.String(), "expires", leaf.NotAfter)
 	}
+	if l.cfg.CRLFile != "" {
+		args = append(args, "crl_file", l.cfg.CRLFile)
+	}
 	l.log.Info("certificate reloaded", args...)
+	for c, r := range l.verified.revoked(tc.crl) {
+		l.log.Warn("closing a connection whose client certificate is now revoked",
+			"remote", c.RemoteAddr().String(), "serial", r.SerialNumber.String(), "subject", r.Subject.String())
+		c.Close()
+	}
 	return nil
 }
 
+// loaded is the TLS configuration of one loading of the files, with the
+// revocation list it checks.
+type loaded struct {
+	*tls.Config
+	crl *certs.CRL // nil without crl_file
+}
+
 // loadTLS reads the files into the configuration handshakes use.
-func (l *Listener) loadTLS() (*tls.Config, error) {
+func (l *Listener) loadTLS() (loaded, error) {
 	c := &l.cfg
 	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 	if err != nil {
-		return nil, &Error{Key: certKey(c, err), Err: errors.New(plainTLSError(err))}
+		return loaded{}, &Error{Key: certKey(c, err), Err: errors.New(plainTLSError(err))}
 	}
-	tc := &tls.Config{
+	tc := loaded{Config: &tls.Config{
 		MinVersion:   tls.VersionTLS12,
 		Certificates: []tls.Certificate{cert},
 		ClientAuth:   tls.NoClientCert,
-	}
+	}}
 	if c.CAFile != "" {
-		pool, err := loadCA(c.CAFile)
+		cas, err := certs.ParseCAs(c.CAFile)
 		if err != nil {
-			return nil, &Error{Key: "ca_file", Err: err}
+			return loaded{}, &Error{Key: "ca_file", Err: err}
 		}
-		tc.ClientCAs = pool
+		tc.ClientCAs = certs.Pool(cas)
 		tc.ClientAuth = tls.VerifyClientCertIfGiven
 		if c.RequireClientCert {
 			tc.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+		if c.CRLFile != "" {
+			crl, err := certs.LoadCRL(c.CRLFile, cas)
+			if err != nil {
+				return loaded{}, &Error{Key: "crl_file", Err: err}
+			}
+			if stale := crl.Stale(time.Now()); stale != nil {
+				l.log.Warn("a revocation list is past its next update; it stays in force until a newer one arrives", "crl_file", c.CRLFile, "issuers", stale)
+			}
+			tc.crl = crl
+			tc.VerifyConnection = func(cs tls.ConnectionState) error {
+				if r := crl.RevokedChains(cs.VerifiedChains); r != nil {
+					return certs.RevokedError(r)
+				}
+				return nil
+			}
 		}
 	}
 	if c.Type == WSS {
 		tc.NextProtos = []string{"http/1.1"} // WebSocket upgrades are HTTP/1.1
 	}
 	return tc, nil
+}
+
+// verifiedConns are a listener's open connections whose clients presented
+// a verified certificate, with its chains, so that a new revocation list
+// can close those it revokes.
+type verifiedConns struct {
+	mu sync.Mutex
+	m  map[net.Conn][][]*x509.Certificate
+}
+
+// add records c, and returns the function that forgets it (for c's Close).
+func (v *verifiedConns) add(c net.Conn, chains [][]*x509.Certificate) func() {
+	if len(chains) == 0 {
+		return nil
+	}
+	v.mu.Lock()
+	v.m[c] = chains
+	v.mu.Unlock()
+	return func() {
+		v.mu.Lock()
+		delete(v.m, c)
+		v.mu.Unlock()
+	}
+}
+
+// revoked returns the connections crl revokes, with the revoked
+// certificate of each.
+func (v *verifiedConns) revoked(crl *certs.CRL) map[net.Conn]*x509.Certificate {
+	if crl == nil {
+		return nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out map[net.Conn]*x509.Certificate
+	for c, chains := range v.m {
+		if r := crl.RevokedChains(chains); r != nil {
+			if out == nil {
+				out = map[net.Conn]*x509.Certificate{}
+			}
+			out[c] = r
+		}
+	}
+	return out
 }
 
 // serverTLS is the configuration given to tls.Server: it hands each
@@ -268,19 +356,6 @@ func (l *Listener) serverTLS() *tls.Config {
 			return l.tlsCfg.Load(), nil
 		},
 	}
-}
-
-// loadCA reads a PEM file of CA certificates.
-func loadCA(file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s: no PEM certificate in it", file)
-	}
-	return pool, nil
 }
 
 // acceptCounted accepts the next TCP connection within the limit; those
@@ -371,6 +446,7 @@ func (l *Listener) handshake(tc *tls.Conn) {
 	cs := tc.ConnectionState()
 	id := certIdentity(&cs)
 	c := &tlsConn{Conn: tc, remote: peerAddr(tc.RemoteAddr(), id, l.cfg.AllowAnonymous), id: id, maxPacket: int(l.cfg.MaxPacketSize)}
+	c.forget = l.verified.add(c, cs.VerifiedChains)
 	select {
 	case l.ready <- c:
 	case <-l.done:

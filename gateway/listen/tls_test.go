@@ -28,6 +28,7 @@ type pki struct {
 	ca                *testCA
 	certFile, keyFile string
 	plc, sanOnly      tls.Certificate
+	otherCRL          string // a revocation list of another CA
 }
 
 func newPKI(t *testing.T) *pki {
@@ -40,6 +41,7 @@ func newPKI(t *testing.T) *pki {
 		c.Subject = pkix.Name{}
 		c.URIs = append(c.URIs, uri(t, "spiffe://plant/hmi-2"))
 	})
+	p.otherCRL = newCA(t, p.dir, "another-ca").writeCRL(t, filepath.Join(p.dir, "another.crl"))
 	return p
 }
 

@@ -57,6 +57,9 @@ func (l *Listener) serveWS(w http.ResponseWriter, r *http.Request) {
 	id := certIdentity(r.TLS)
 	nc := newWSConn(c, peerAddr(remote, id, l.cfg.AllowAnonymous), id)
 	nc.maxPacket = int(l.cfg.MaxPacketSize)
+	if r.TLS != nil {
+		nc.forget = l.verified.add(nc, r.TLS.VerifiedChains)
+	}
 	select {
 	case l.ready <- nc:
 	case <-l.done:
@@ -117,6 +120,9 @@ type wsConn struct {
 	id       string
 	// maxPacket is the listener's max_packet_size, 0 for the broker's.
 	maxPacket int
+	// forget takes it off the listener's verified connections (wss with a
+	// client certificate); nil otherwise.
+	forget func()
 
 	chunks   chan []byte   // from the read goroutine
 	consumed chan struct{} // to it: the last chunk is read; cap 1
@@ -226,6 +232,9 @@ func (c *wsConn) Identity() string { return c.id }
 func (c *wsConn) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
+		if c.forget != nil {
+			c.forget()
+		}
 		close(c.closed)
 		done := make(chan error, 1)
 		go func() { done <- c.Conn.Close() }()

@@ -65,6 +65,13 @@ type GRPCOptions struct {
 	// ServerName set, every node's certificate carries that one name and
 	// any certificate from the CA may claim any node.
 	TLS *tls.Config
+
+	// ServerTLS, when set, is the accepting end's configuration, used as
+	// it is instead of one derived from TLS: for an identity whose
+	// certificate and authorities are replaced while the node runs
+	// (gateway/certs), which verifies client certificates itself. It
+	// must require one.
+	ServerTLS *tls.Config
 }
 
 // GRPC is the default Transport: gRPC over TCP (HTTP/2), optionally with
@@ -87,10 +94,13 @@ var _ Transport = (*GRPC)(nil)
 func NewGRPC(o GRPCOptions) *GRPC {
 	g := &GRPC{server: insecure.NewCredentials()}
 	if o.TLS != nil {
-		s := o.TLS.Clone()
-		s.ClientAuth = tls.RequireAndVerifyClientCert
-		if s.ClientCAs == nil {
-			s.ClientCAs = s.RootCAs
+		s := o.ServerTLS.Clone()
+		if s == nil {
+			s = o.TLS.Clone()
+			s.ClientAuth = tls.RequireAndVerifyClientCert
+			if s.ClientCAs == nil {
+				s.ClientCAs = s.RootCAs
+			}
 		}
 		g.server = credentials.NewTLS(s)
 		g.clientTLS = o.TLS.Clone()

@@ -41,7 +41,7 @@ func NewCA(t testing.TB, name string) *CA {
 		NotAfter:              time.Now().Add(time.Hour),
 		IsCA:                  true,
 		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
@@ -119,6 +119,42 @@ func (ca *CA) Files(t testing.TB, names ...string) (certFile, keyFile string) {
 	writePEM(t, base+".crt", "CERTIFICATE", der)
 	writePEM(t, base+".key", "EC PRIVATE KEY", keyDER)
 	return base + ".crt", base + ".key"
+}
+
+// WriteCRL writes to file (through a rename, so that a watcher never
+// reads half of it) the CA's revocation list of the certificates in
+// certFiles; none makes an empty list.
+func (ca *CA) WriteCRL(t testing.TB, file string, certFiles ...string) {
+	t.Helper()
+	tmpl := &x509.RevocationList{
+		Number:     big.NewInt(time.Now().UnixNano()),
+		ThisUpdate: time.Now().Add(-time.Minute),
+		NextUpdate: time.Now().Add(time.Hour),
+	}
+	for _, f := range certFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blk, _ := pem.Decode(b)
+		if blk == nil {
+			t.Fatalf("%s: no PEM", f)
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.RevokedCertificateEntries = append(tmpl.RevokedCertificateEntries,
+			x509.RevocationListEntry{SerialNumber: c.SerialNumber, RevocationTime: time.Now()})
+	}
+	der, err := x509.CreateRevocationList(rand.Reader, tmpl, ca.cert, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, file+".new", "X509 CRL", der)
+	if err := os.Rename(file+".new", file); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func writePEM(t testing.TB, path, typ string, der []byte) {

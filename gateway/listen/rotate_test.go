@@ -1,0 +1,151 @@
+package listen
+
+import (
+	"crypto/tls"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/linemq/linemq/broker"
+	"github.com/linemq/linemq/gateway/auth"
+	"github.com/linemq/linemq/internal/mqtttest"
+)
+
+// waitFor polls cond until it holds or the deadline passes, and returns
+// how long it took.
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > within {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// serverCN is the common name of the certificate l serves to a new
+// handshake, or "" if the handshake fails.
+func (p *pki) serverCN(l *Listener, roots *tls.Config) string {
+	nc, err := p.dialTLS(l, roots)
+	if err != nil {
+		return ""
+	}
+	defer nc.Close()
+	return nc.ConnectionState().PeerCertificates[0].Subject.CommonName
+}
+
+// TestTLSFilesWatched: certificate, key and CA replaced on disk, with no
+// SIGHUP: new handshakes use them within a second, connected clients
+// stay.
+func TestTLSFilesWatched(t *testing.T) {
+	p := newPKI(t)
+	caFile := filepath.Join(p.dir, "clients-ca.pem")
+	replaceFile(t, p.ca.file, caFile)
+	l := listen(t, Config{Type: TLS, CertFile: p.certFile, KeyFile: p.keyFile, CAFile: caFile}, Options{})
+	serve(t, newAuth(t, auth.Config{}), broker.Options{}, l)
+
+	nc, err := p.dialTLS(l, &tls.Config{Certificates: []tls.Certificate{p.plc}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ca := mqtttest.ConnectV5(t, viaTCP(t, nc), &paho.Connect{ClientID: "stays", KeepAlive: 30, CleanStart: true}, mqtttest.Options{})
+	if ca.ReasonCode != 0 {
+		t.Fatal(ca.ReasonCode)
+	}
+
+	// The server's certificate renewed: key first, then certificate, as
+	// an operator copying two files would; nothing in between is served.
+	cert, key, _ := p.ca.issue(t, t.TempDir(), "gateway-renewed", true, nil)
+	replaceFile(t, key, p.keyFile)
+	replaceFile(t, cert, p.certFile)
+	took := waitFor(t, "the renewed certificate served", 5*time.Second, func() bool { return p.serverCN(l, nil) == "gateway-renewed" })
+	t.Logf("renewed certificate served %v after the files were written", took.Round(time.Millisecond))
+	roundTrip(t, c, "still/connected")
+
+	// A new client authority added to the bundle: its clients are
+	// accepted, with their certificate's name (read from a second
+	// listener of the same files that no broker accepts from).
+	bare := listen(t, Config{Type: TLS, CertFile: p.certFile, KeyFile: p.keyFile, CAFile: caFile}, Options{})
+	newCA := newCA(t, t.TempDir(), "line-2-ca")
+	_, _, line2 := newCA.issue(t, t.TempDir(), "plc-line-2", false, nil)
+	if id := identityOf(t, p, bare, line2); id != "" {
+		t.Fatalf("before the CA is added, plc-line-2 is %q", id)
+	}
+	bundle := filepath.Join(t.TempDir(), "bundle.pem")
+	writeFileOf(t, bundle, p.ca.file, newCA.file)
+	replaceFile(t, bundle, caFile)
+	took = waitFor(t, "the new authority's clients verified", 5*time.Second, func() bool { return identityOf(t, p, bare, line2) == "plc-line-2" })
+	t.Logf("new CA in force %v after the file was written", took.Round(time.Millisecond))
+	roundTrip(t, c, "still/connected/2")
+}
+
+// identityOf connects with cert and returns the name the listener gave
+// the connection ("" when the certificate was not verified).
+func identityOf(t *testing.T, p *pki, l *Listener, cert tls.Certificate) string {
+	t.Helper()
+	nc, err := p.dialTLS(l, &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		return ""
+	}
+	nc.Close()
+	got, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	return got.(interface{ Identity() string }).Identity()
+}
+
+// TestTLSRevocation: a client whose certificate a new revocation list
+// names is disconnected and refused from then on; the others stay, and a
+// list from another authority is refused, leaving the one in force.
+func TestTLSRevocation(t *testing.T) {
+	p := newPKI(t)
+	crl := p.ca.writeCRL(t, filepath.Join(p.dir, "plant.crl"))
+	l := listen(t, Config{Type: TLS, CertFile: p.certFile, KeyFile: p.keyFile, CAFile: p.ca.file, CRLFile: crl}, Options{})
+	serve(t, newAuth(t, auth.Config{}), broker.Options{}, l)
+
+	connect := func(id string, cert tls.Certificate) *mqtttest.V5 {
+		nc, err := p.dialTLS(l, &tls.Config{Certificates: []tls.Certificate{cert}})
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		c, ca := mqtttest.ConnectV5(t, viaTCP(t, nc), &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: true}, mqtttest.Options{})
+		if ca.ReasonCode != 0 {
+			t.Fatalf("%s: CONNACK %#x", id, ca.ReasonCode)
+		}
+		return c
+	}
+	connect("plc-7", p.plc)
+	hmi := connect("hmi-2", p.sanOnly)
+	if n := l.Conns(); n != 2 {
+		t.Fatalf("%d connections open", n)
+	}
+
+	p.ca.writeCRL(t, crl, p.plc)
+	took := waitFor(t, "the revoked client disconnected", 5*time.Second, func() bool { return l.Conns() == 1 })
+	t.Logf("revoked client's connection closed %v after the list was written", took.Round(time.Millisecond))
+	if _, err := p.dialTLS(l, &tls.Config{Certificates: []tls.Certificate{p.plc}}); err == nil {
+		t.Fatal("a revoked certificate was accepted")
+	}
+	roundTrip(t, hmi, "hmi/stays")
+
+	// A list signed by another authority: refused by name, the list in
+	// force stays (plc-7 still refused, hmi-2 still accepted).
+	replaceFile(t, p.otherCRL, crl)
+	err := l.Reload()
+	var e *Error
+	if !errors.As(err, &e) || e.Key != "crl_file" || !strings.Contains(err.Error(), "not signed by any authority") {
+		t.Fatalf("reload with another CA's list: %v", err)
+	}
+	if _, err := p.dialTLS(l, &tls.Config{Certificates: []tls.Certificate{p.plc}}); err == nil {
+		t.Error("after a refused list, the revoked certificate was accepted")
+	}
+	connect("hmi-3", p.sanOnly)
+}
