@@ -1,7 +1,11 @@
 package gateway_test
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -117,4 +121,84 @@ func TestClusterMutualTLS(t *testing.T) {
 		pub.Pub("line/rotated", 1, false, fmt.Sprint(i))
 	}
 	w3.Next()
+}
+
+// TestEmbeddedEtcdMutualTLS: gw1's embedded etcd member serves its peers
+// and clients over mutual TLS from cluster.etcd.tls; gw2 reaches it with
+// a certificate of the same CA and the two share a group. A client with
+// no certificate, or one of another CA, is refused, and a member
+// certificate replaced on disk is served at the next handshake.
+func TestEmbeddedEtcdMutualTLS(t *testing.T) {
+	plant, other := certtest.NewCA(t, "plant CA"), certtest.NewCA(t, "another CA")
+	peerURL := strings.Replace(freeURL(t), "http://", "https://", 1)
+	clientURL := strings.Replace(freeURL(t), "http://", "https://", 1)
+	var memberTLS config.EtcdTLS
+	gw1 := startGateway(t, "gw1", func(c *config.Config) {
+		hostEtcd(peerURL, clientURL)(c)
+		cert, key := plant.Files(t, "gw1", "127.0.0.1")
+		memberTLS = config.EtcdTLS{CertFile: cert, KeyFile: key, CAFile: plant.File}
+		c.Cluster.Etcd.TLS = memberTLS
+	})
+	gw2 := startGateway(t, "gw2", func(c *config.Config) {
+		useEtcd(clientURL)(c)
+		cert, key := plant.Files(t, "gw2")
+		c.Cluster.Etcd.TLS = config.EtcdTLS{CertFile: cert, KeyFile: key, CAFile: plant.File}
+	})
+	splitScenario(t, gw1, gw2, "etcd-tls")
+
+	endpoint := strings.TrimPrefix(clientURL, "https://")
+	handshake := func(cert *tls.Certificate) (*x509.Certificate, error) {
+		roots := x509.NewCertPool()
+		b, _ := os.ReadFile(plant.File)
+		roots.AppendCertsFromPEM(b)
+		cfg := &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+		if cert != nil {
+			cfg.Certificates = []tls.Certificate{*cert}
+		}
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", endpoint, cfg)
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		// TLS 1.3 servers check the client's certificate after the
+		// client's side of the handshake: a read shows the verdict.
+		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, err
+		}
+		return c.ConnectionState().PeerCertificates[0], nil
+	}
+	pair := func(ca *certtest.CA, name string) *tls.Certificate {
+		cf, kf := ca.Files(t, name)
+		p, err := tls.LoadX509KeyPair(cf, kf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &p
+	}
+	if _, err := handshake(nil); err == nil {
+		t.Error("a client without a certificate reached the member")
+	}
+	if _, err := handshake(pair(other, "intruder")); err == nil {
+		t.Error("a client with another CA's certificate reached the member")
+	}
+	first, err := handshake(pair(plant, "tool"))
+	if err != nil {
+		t.Fatalf("a client of the plant CA: %v", err)
+	}
+
+	// The member's certificate renewed in place: served at the next
+	// handshake, the line still working.
+	cert, key := plant.Files(t, "gw1", "127.0.0.1")
+	for src, dst := range map[string]string{cert: memberTLS.CertFile, key: memberTLS.KeyFile} {
+		b, _ := os.ReadFile(src)
+		if err := os.WriteFile(dst, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	brokertest.Eventually(t, 5*time.Second, "the renewed member certificate served", func() bool {
+		c, err := handshake(pair(plant, "tool"))
+		return err == nil && c.SerialNumber.Cmp(first.SerialNumber) != 0
+	})
+	splitScenario(t, gw1, gw2, "etcd-tls-2")
 }

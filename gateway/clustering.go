@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,8 +24,12 @@ import (
 // Options.Cluster is the result's Hooks.
 func startCluster(ctx context.Context, cfg *config.Config, dataDir, storeID, version string, log *slog.Logger) (*cluster.Cluster, error) {
 	cc := &cfg.Cluster
-	etcdTLS, err := cc.Etcd.TLS.Load()
-	if err != nil {
+	var etcdTLS *tls.Config
+	var memberTLS certs.Files
+	var err error
+	if cc.Etcd.Embed {
+		memberTLS = cc.Etcd.TLS.Files()
+	} else if etcdTLS, err = cc.Etcd.TLS.Load(); err != nil {
 		return nil, err
 	}
 	var meshTLS *certs.Mutual
@@ -39,7 +44,7 @@ func startCluster(ctx context.Context, cfg *config.Config, dataDir, storeID, ver
 		Etcd: cluster.EtcdOptions{
 			Embed: cc.Etcd.Embed, Name: cc.Etcd.Name, PeerListen: cc.Etcd.PeerListen,
 			ClientListen: cc.Etcd.ClientListen, InitialCluster: cc.Etcd.InitialCluster,
-			Endpoints: cc.Etcd.Endpoints, TLS: etcdTLS, Existing: cc.Etcd.InitialClusterState == "existing",
+			Endpoints: cc.Etcd.Endpoints, TLS: etcdTLS, MemberTLS: memberTLS, Existing: cc.Etcd.InitialClusterState == "existing",
 		},
 		ExpectedNodes: cc.ExpectedNodes,
 		Replicas:      replicaStores(cfg, dataDir, log),

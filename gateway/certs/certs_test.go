@@ -138,7 +138,7 @@ func TestMutualRotation(t *testing.T) {
 		}
 	}()
 	dial := func(serverName string) error {
-		cfg := b.ClientConfig()
+		cfg := b.ClientConfig() // one per dial, as gateway/peer asks
 		cfg.ServerName = serverName
 		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", ln.Addr().String(), cfg)
 		if err == nil {

@@ -26,8 +26,9 @@ type material struct {
 // Mutual is a mutual-TLS identity read from files: this end's certificate
 // and key, the authorities both ends' certificates come from, and
 // optionally their revocation list. Reload replaces all of it at once;
-// handshakes after that use the new material, connections made before
-// keep theirs. Safe for concurrent use.
+// handshakes after that use the new material (ServerConfig's at once,
+// ClientConfig's from the next call), connections made before keep
+// theirs. Safe for concurrent use.
 type Mutual struct {
 	files Files
 	cur   atomic.Pointer[material]
@@ -80,43 +81,40 @@ func (m *Mutual) ServerConfig() *tls.Config {
 		// handshake rather than those of a pool fixed in the config.
 		ClientAuth: tls.RequireAnyClientCert,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			return m.cur.Load().verify(cs, "", x509.ExtKeyUsageClientAuth)
+			return m.cur.Load().verify(cs)
 		},
 	}
 }
 
-// ClientConfig is the configuration of the dialling end: it presents the
-// certificate in force and verifies the server's against the authorities
-// in force, for ServerName (which the dialler sets), and the list.
+// ClientConfig is a configuration for one dial, made from the material in
+// force: it presents the certificate and verifies the server's against
+// the authorities (for the ServerName the dialler sets, a DNS name or an
+// IP address) and the list. Ask for a new one at every dial.
 func (m *Mutual) ClientConfig() *tls.Config {
+	mat := m.cur.Load()
 	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return &m.cur.Load().pair, nil
-		},
-		// The standard verification uses RootCAs fixed in the config;
-		// VerifyConnection does the same with the authorities in force.
-		InsecureSkipVerify: true,
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{mat.pair},
+		RootCAs:      mat.pool,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			if cs.ServerName == "" {
-				return errors.New("certs: no server name to verify")
+			if r := mat.crl.RevokedChains(cs.VerifiedChains); r != nil {
+				return RevokedError(r)
 			}
-			return m.cur.Load().verify(cs, cs.ServerName, x509.ExtKeyUsageServerAuth)
+			return nil
 		},
 	}
 }
 
-// verify checks the other end's certificate chain as crypto/tls would,
-// then against the revocation list.
-func (mat *material) verify(cs tls.ConnectionState, name string, usage x509.ExtKeyUsage) error {
+// verify checks the client's certificate chain as crypto/tls would, then
+// against the revocation list.
+func (mat *material) verify(cs tls.ConnectionState) error {
 	if len(cs.PeerCertificates) == 0 {
 		return errors.New("certs: no certificate presented")
 	}
 	opts := x509.VerifyOptions{
 		Roots:         mat.pool,
-		DNSName:       name,
 		Intermediates: x509.NewCertPool(),
-		KeyUsages:     []x509.ExtKeyUsage{usage},
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
 	for _, c := range cs.PeerCertificates[1:] {
 		opts.Intermediates.AddCert(c)

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -85,6 +86,11 @@ type EtcdOptions struct {
 	Existing  bool
 	Endpoints []string
 	TLS       *tls.Config // to external endpoints
+	// MemberTLS, with Embed and its Cert set, makes the member's peer and
+	// client traffic mutual TLS with these files; this gateway's own
+	// client presents the same certificate. etcd reads the certificate,
+	// key and CRL at each handshake, the CA at start.
+	MemberTLS certs.Files
 	// Client, when set, is used as it is (tests share one etcd); the
 	// Cluster does not close it. Prefix then overrides the key prefix.
 	Client *clientv3.Client
@@ -136,21 +142,30 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	endpoints := o.Etcd.Endpoints
 	if o.Etcd.Embed {
 		name := cmp.Or(o.Etcd.Name, o.Node)
-		c.member, err = etcdembed.Start(etcdembed.Options{
+		eo := etcdembed.Options{
 			Name: name, Dir: filepath.Join(o.DataDir, etcdembed.DirName),
 			PeerListen: o.Etcd.PeerListen, ClientListen: o.Etcd.ClientListen,
 			InitialCluster: cmp.Or(o.Etcd.InitialCluster, name+"="+o.Etcd.PeerListen),
 			Existing:       o.Etcd.Existing,
 			Logger:         log.With("component", "etcd"),
-		})
+		}
+		eo.TLS = o.Etcd.MemberTLS
+		c.member, err = etcdembed.Start(eo)
 		if err != nil {
 			return nil, fmt.Errorf("cluster.etcd: %w", err)
 		}
 		endpoints = c.member.ClientURLs()
 	}
 	if c.cli = o.Etcd.Client; c.cli == nil {
+		clientTLS := o.Etcd.TLS
+		if f := o.Etcd.MemberTLS; o.Etcd.Embed && f.Cert != "" {
+			info := transport.TLSInfo{CertFile: f.Cert, KeyFile: f.Key, TrustedCAFile: f.CA}
+			if clientTLS, err = info.ClientConfig(); err != nil {
+				return nil, fmt.Errorf("cluster.etcd.tls: %w", err)
+			}
+		}
 		c.cli, err = clientv3.New(clientv3.Config{
-			Endpoints: endpoints, TLS: o.Etcd.TLS, DialTimeout: 5 * time.Second,
+			Endpoints: endpoints, TLS: clientTLS, DialTimeout: 5 * time.Second,
 			Logger: etcdLogger(log), Context: context.Background(),
 		})
 		if err != nil {
@@ -166,8 +181,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	mo := o.Mesh
 	mo.Node, mo.Cluster, mo.Handler, mo.Logger = o.Node, cmp.Or(o.Name, registry.DefaultCluster), meshHandler{n}, log.With("component", "peer")
 	if o.MeshTLS != nil {
-		mo.TLS, mo.ServerTLS = o.MeshTLS.ClientConfig(), o.MeshTLS.ServerConfig()
-		mo.TLS.ServerName = o.MeshServerName
+		mo.Identity = meshIdentity{o.MeshTLS, o.MeshServerName}
 	}
 	if c.mesh, err = peer.New(mo); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
@@ -289,8 +303,8 @@ func (c *Cluster) Bind(srv broker.ClusterInbound) error {
 	c.log.Info("waiting for the cluster registry", "node", c.opts.Node, "cluster", cmp.Or(c.opts.Name, registry.DefaultCluster), "transport", c.ln.Addr().String())
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
-	if m := c.opts.MeshTLS; m != nil {
-		w := certs.NewWatcher(m.Files().List(), 0, func() { c.ReloadTLS() })
+	for key, m := range c.identities() {
+		w := certs.NewWatcher(m.Files().List(), 0, func() { c.reloadTLS(key, m) })
 		c.wg.Go(func() { w.Run(ctx) })
 	}
 	c.wg.Go(func() {
@@ -319,20 +333,48 @@ func (c *Cluster) Bind(srv broker.ClusterInbound) error {
 	return nil
 }
 
+// meshIdentity is the mesh's rotating identity, with the shared name every
+// gateway's certificate carries when cluster.tls.server_name is set.
+type meshIdentity struct {
+	*certs.Mutual
+	serverName string
+}
+
+func (m meshIdentity) ClientConfig() *tls.Config {
+	c := m.Mutual.ClientConfig()
+	c.ServerName = m.serverName
+	return c
+}
+
 // ReloadTLS reads the mesh's certificate, key, CA and CRL files again (the
 // cluster does so by itself when they change, and the gateway on SIGHUP).
 // Streams already open stay; new ones use the new material. On an error
 // the material in force stays, and the error is logged and returned.
 func (c *Cluster) ReloadTLS() error {
-	m := c.opts.MeshTLS
-	if m == nil {
-		return nil
+	var errs []error
+	for key, m := range c.identities() {
+		errs = append(errs, c.reloadTLS(key, m))
 	}
+	return errors.Join(errs...)
+}
+
+// identities are the TLS identities the cluster reloads: the mesh's (the
+// embedded etcd member and this gateway's client of it read their files
+// at each handshake by themselves).
+func (c *Cluster) identities() map[string]*certs.Mutual {
+	ids := map[string]*certs.Mutual{}
+	if c.opts.MeshTLS != nil {
+		ids["cluster.tls"] = c.opts.MeshTLS
+	}
+	return ids
+}
+
+func (c *Cluster) reloadTLS(key string, m *certs.Mutual) error {
 	if err := m.Reload(); err != nil {
-		c.log.Error("cluster.tls: reload failed; the previous certificates stay in force", "err", err)
-		return fmt.Errorf("cluster.tls: %w", err)
+		c.log.Error("reloading certificates failed; the previous ones stay in force", "key", key, "err", err)
+		return fmt.Errorf("%s: %w", key, err)
 	}
-	c.log.Info("cluster.tls: certificates reloaded", "cert_file", m.Files().Cert)
+	c.log.Info("certificates reloaded", "key", key, "cert_file", m.Files().Cert)
 	return nil
 }
 

@@ -51,6 +51,7 @@ type held struct {
 
 	mu      sync.Mutex
 	origins map[string]*origin
+	closed  bool // by close: a batch arriving later must not open a store nobody closes
 	// gone records the origins that left and are being failed over.
 	gone map[string]*departure
 
@@ -105,6 +106,9 @@ func (h *held) get(name string) (*origin, error) {
 	defer h.mu.Unlock()
 	if o := h.origins[name]; o != nil {
 		return o, nil
+	}
+	if h.closed {
+		return nil, errHeldClosed
 	}
 	st, err := h.opts.Open(name)
 	if err != nil {
@@ -552,10 +556,14 @@ func (h *held) startup(ctx context.Context) {
 	}
 }
 
-// close closes the stores.
+// errHeldClosed refuses a batch that arrives while the cluster closes.
+var errHeldClosed = errors.New("cluster: closing")
+
+// close closes the stores; none opens after it.
 func (h *held) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.closed = true
 	for name, o := range h.origins {
 		o.mu.Lock()
 		o.st.Close()

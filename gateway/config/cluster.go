@@ -42,7 +42,11 @@ type ClusterTLS struct {
 }
 
 // EtcdTLS is how the etcd client reaches https:// endpoints
-// (cluster.etcd.tls).
+// (cluster.etcd.tls). With embed: true it is the embedded member's mutual
+// TLS instead: the certificate (naming the member's IP addresses, for
+// server and client authentication) serves its peers and clients and
+// this gateway's own client, and the CA verifies the other members and
+// every client, which must present a certificate.
 type EtcdTLS struct {
 	// CAFile holds the PEM certificates of the authorities that issued
 	// etcd's server certificates. Default: the system's.
@@ -52,6 +56,15 @@ type EtcdTLS struct {
 	// gateway presents, for an etcd run with --client-cert-auth.
 	CertFile string `yaml:"cert_file"`
 	KeyFile  string `yaml:"key_file"`
+
+	// CRLFile, with embed: true only, holds the CA's PEM revocation
+	// lists: a member or client whose certificate is listed is refused.
+	CRLFile string `yaml:"crl_file"`
+}
+
+// Files returns the section's files, for certs.LoadMutual (embed: true).
+func (t *EtcdTLS) Files() certs.Files {
+	return certs.Files{Cert: t.CertFile, Key: t.KeyFile, CA: t.CAFile, CRL: t.CRLFile}
 }
 
 // Set reports whether any key of the section is.
@@ -137,7 +150,21 @@ func (v *validator) clusterTLS(c *Cluster, nodeID string) {
 	if t := &c.Etcd.TLS; t.Set() {
 		const k = "cluster.etcd.tls."
 		if c.Etcd.Embed {
-			v.fail("cluster.etcd.tls", errors.New("not with embed: true: the embedded member serves plain HTTP (TLS to an external etcd only)"))
+			if t.CertFile == "" && t.KeyFile == "" {
+				v.fail(k+"cert_file", errors.New("required with embed: true: the members' TLS is mutual, each presents a certificate"))
+			}
+			if t.CAFile == "" {
+				v.fail(k+"ca_file", errors.New("required with embed: true: the authority of the members' and clients' certificates"))
+			}
+			for _, u := range []struct{ key, list string }{
+				{"cluster.etcd.peer_listen", c.Etcd.PeerListen}, {"cluster.etcd.client_listen", c.Etcd.ClientListen}, {"cluster.etcd.initial_cluster", c.Etcd.InitialCluster},
+			} {
+				if strings.Contains(u.list, "http://") {
+					v.fail(u.key, fmt.Errorf("%q has plain http:// URLs while cluster.etcd.tls is set: write https://", u.list))
+				}
+			}
+		} else if t.CRLFile != "" {
+			v.fail(k+"crl_file", errors.New("only with embed: true (an external etcd checks its own lists)"))
 		}
 		for i, ep := range c.Etcd.Endpoints {
 			if strings.HasPrefix(ep, "http://") {
@@ -155,8 +182,20 @@ func (v *validator) clusterTLS(c *Cluster, nodeID string) {
 			}
 		}
 		if t.CAFile != "" {
-			if _, err := loadCAFile(t.CAFile); err != nil {
+			if cas, err := certs.ParseCAs(t.CAFile); err != nil {
 				v.fail(k+"ca_file", err)
+			} else if t.CRLFile != "" && c.Etcd.Embed {
+				if _, err := certs.LoadCRL(t.CRLFile, cas); err != nil {
+					v.fail(k+"crl_file", err)
+				}
+			}
+		}
+	} else if c.Etcd.Embed {
+		for _, u := range []struct{ key, list string }{
+			{"cluster.etcd.peer_listen", c.Etcd.PeerListen}, {"cluster.etcd.client_listen", c.Etcd.ClientListen}, {"cluster.etcd.initial_cluster", c.Etcd.InitialCluster},
+		} {
+			if strings.Contains(u.list, "https://") {
+				v.fail(u.key, fmt.Errorf("%q has https:// URLs: set cluster.etcd.tls for the member's certificate", u.list))
 			}
 		}
 	}

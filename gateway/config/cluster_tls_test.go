@@ -81,8 +81,16 @@ func TestClusterTLS(t *testing.T) {
 		{"etcd tls over http", base + "  etcd:\n    endpoints: [http://10.0.0.5:2379]\n    tls:\n      ca_file: CA\n", []string{
 			`linemq.yaml:5: cluster.etcd.endpoints[0]: "http://10.0.0.5:2379" is plain HTTP while cluster.etcd.tls is set: write https://`}},
 		{"etcd tls embedded", base + "  etcd:\n    embed: true\n    peer_listen: http://10.0.0.11:2380\n    client_listen: http://10.0.0.11:2379\n    tls:\n      key_file: KEY\n", []string{
-			"linemq.yaml:8: cluster.etcd.tls: not with embed: true",
-			"linemq.yaml:8: cluster.etcd.tls.cert_file: required with key_file"}},
+			"linemq.yaml:8: cluster.etcd.tls.cert_file: required with key_file",
+			"linemq.yaml:8: cluster.etcd.tls.ca_file: required with embed: true",
+			`linemq.yaml:6: cluster.etcd.peer_listen: "http://10.0.0.11:2380" has plain http:// URLs while cluster.etcd.tls is set: write https://`,
+			`linemq.yaml:7: cluster.etcd.client_listen: "http://10.0.0.11:2379" has plain http:// URLs`}},
+		{"etcd tls embedded, good", base + "  etcd:\n    embed: true\n    peer_listen: https://10.0.0.11:2380\n    client_listen: https://10.0.0.11:2379\n    tls:\n      ca_file: CA\n      cert_file: CERT\n      key_file: KEY\n      crl_file: NOTPEM\n", []string{
+			"linemq.yaml:12: cluster.etcd.tls.crl_file: " + notPEM + " holds no revocation list"}},
+		{"https without tls", base + "  etcd:\n    embed: true\n    peer_listen: https://10.0.0.11:2380\n    client_listen: http://10.0.0.11:2379\n", []string{
+			`linemq.yaml:6: cluster.etcd.peer_listen: "https://10.0.0.11:2380" has https:// URLs: set cluster.etcd.tls`}},
+		{"crl for an external etcd", base + "  etcd:\n    endpoints: [https://10.0.0.5:2379]\n    tls:\n      ca_file: CA\n      crl_file: CA\n", []string{
+			"linemq.yaml:8: cluster.etcd.tls.crl_file: only with embed: true"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Parse([]byte(r.Replace(tc.yaml)), "linemq.yaml")

@@ -346,7 +346,8 @@ type Etcd struct {
 	Name string `yaml:"name"`
 
 	// PeerListen and ClientListen are the embedded member's peer and
-	// client URLs, e.g. http://10.0.0.11:2380 and http://10.0.0.11:2379.
+	// client URLs, e.g. http://10.0.0.11:2380 and http://10.0.0.11:2379
+	// (https:// with TLS).
 	PeerListen   string `yaml:"peer_listen"`
 	ClientListen string `yaml:"client_listen"`
 
@@ -360,8 +361,9 @@ type Etcd struct {
 	// after `linemq cluster replace`. Read only on a member's first start.
 	InitialClusterState string `yaml:"initial_cluster_state"`
 
-	// TLS is how the gateway's etcd client reaches https:// endpoints.
-	// External endpoints only: the embedded member serves plain HTTP.
+	// TLS is how the gateway's etcd client reaches https:// endpoints;
+	// with Embed, the member's mutual TLS with the other members and its
+	// clients (every URL then https://).
 	TLS EtcdTLS `yaml:"tls"`
 }
 

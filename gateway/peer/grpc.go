@@ -66,12 +66,20 @@ type GRPCOptions struct {
 	// any certificate from the CA may claim any node.
 	TLS *tls.Config
 
-	// ServerTLS, when set, is the accepting end's configuration, used as
-	// it is instead of one derived from TLS: for an identity whose
-	// certificate and authorities are replaced while the node runs
-	// (gateway/certs), which verifies client certificates itself. It
-	// must require one.
-	ServerTLS *tls.Config
+	// Identity, instead of TLS, supplies the configurations of a node
+	// whose certificates may be replaced while it runs.
+	Identity Identity
+}
+
+// Identity supplies a node's mutual-TLS configurations when its
+// certificates may change while it runs (gateway/certs.Mutual):
+// ServerConfig once, for every handshake the node accepts, which must
+// require and verify client certificates itself; ClientConfig at every
+// dial, for the material in force then (the dialler sets ServerName to
+// the node it dials when the configuration names none).
+type Identity interface {
+	ServerConfig() *tls.Config
+	ClientConfig() *tls.Config
 }
 
 // GRPC is the default Transport: gRPC over TCP (HTTP/2), optionally with
@@ -79,7 +87,7 @@ type GRPCOptions struct {
 // Mesh's decision (with its backoff), never a hidden retry inside gRPC.
 type GRPC struct {
 	server      credentials.TransportCredentials
-	clientTLS   *tls.Config // nil: plain TCP
+	clientTLS   func() *tls.Config // nil: plain TCP
 	verifyNames bool
 
 	mu       sync.Mutex
@@ -93,17 +101,19 @@ var _ Transport = (*GRPC)(nil)
 // NewGRPC makes a gRPC transport.
 func NewGRPC(o GRPCOptions) *GRPC {
 	g := &GRPC{server: insecure.NewCredentials()}
-	if o.TLS != nil {
-		s := o.ServerTLS.Clone()
-		if s == nil {
-			s = o.TLS.Clone()
-			s.ClientAuth = tls.RequireAndVerifyClientCert
-			if s.ClientCAs == nil {
-				s.ClientCAs = s.RootCAs
-			}
+	switch {
+	case o.Identity != nil:
+		g.server = credentials.NewTLS(o.Identity.ServerConfig())
+		g.clientTLS = o.Identity.ClientConfig
+		g.verifyNames = o.Identity.ClientConfig().ServerName == ""
+	case o.TLS != nil:
+		s := o.TLS.Clone()
+		s.ClientAuth = tls.RequireAndVerifyClientCert
+		if s.ClientCAs == nil {
+			s.ClientCAs = s.RootCAs
 		}
 		g.server = credentials.NewTLS(s)
-		g.clientTLS = o.TLS.Clone()
+		g.clientTLS = o.TLS.Clone
 		g.verifyNames = o.TLS.ServerName == ""
 	}
 	return g
@@ -114,7 +124,7 @@ func NewGRPC(o GRPCOptions) *GRPC {
 func (g *GRPC) Dial(ctx context.Context, node, addr string, self Hello) (Stream, Hello, error) {
 	creds := insecure.NewCredentials()
 	if g.clientTLS != nil {
-		cfg := g.clientTLS.Clone()
+		cfg := g.clientTLS()
 		if cfg.ServerName == "" {
 			cfg.ServerName = node // verify who it is, not where it is
 		}

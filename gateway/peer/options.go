@@ -46,11 +46,12 @@ type Options struct {
 	// Transport carries the streams. Default: NewGRPC with TLS. The Mesh
 	// owns it: Close closes it.
 	Transport Transport
-	// TLS makes the default transport mutual TLS (see GRPCOptions.TLS),
-	// and ServerTLS, when set, is its accepting end's configuration (see
-	// GRPCOptions.ServerTLS). Both must be nil when Transport is set.
-	TLS       *tls.Config
-	ServerTLS *tls.Config
+	// TLS makes the default transport mutual TLS (see GRPCOptions.TLS);
+	// Identity does so with certificates that may change while the node
+	// runs (GRPCOptions.Identity). At most one; none when Transport is
+	// set.
+	TLS      *tls.Config
+	Identity Identity
 
 	// DeliverTimeout is how long a directed delivery may wait for its
 	// answer before it completes with ErrTimeout. It counts from Deliver,
@@ -98,10 +99,10 @@ func (o Options) withDefaults() (Options, error) {
 		return o, errors.New("peer: Options.Node is required")
 	case o.Handler == nil:
 		return o, errors.New("peer: Options.Handler is required")
-	case o.Transport != nil && (o.TLS != nil || o.ServerTLS != nil):
-		return o, errors.New("peer: Options.TLS applies to the default transport only")
-	case o.ServerTLS != nil && o.TLS == nil:
-		return o, errors.New("peer: Options.ServerTLS needs Options.TLS")
+	case o.Transport != nil && (o.TLS != nil || o.Identity != nil):
+		return o, errors.New("peer: Options.TLS and Identity apply to the default transport only")
+	case o.TLS != nil && o.Identity != nil:
+		return o, errors.New("peer: Options.TLS or Options.Identity, not both")
 	case o.DeliverTimeout < 0, o.PingInterval < 0, o.PingTimeout < 0, o.OpenTimeout < 0,
 		o.ReconnectMax < 0, o.FailureThreshold < 0, o.MaxQueued < 0, o.MaxInFlight < 0:
 		return o, errors.New("peer: negative Options value")
@@ -126,7 +127,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.MaxInFlight = DefaultMaxInFlight
 	}
 	if o.Transport == nil {
-		o.Transport = NewGRPC(GRPCOptions{TLS: o.TLS, ServerTLS: o.ServerTLS})
+		o.Transport = NewGRPC(GRPCOptions{TLS: o.TLS, Identity: o.Identity})
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

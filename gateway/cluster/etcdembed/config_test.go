@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/linemq/linemq/gateway/certs"
 )
 
 func TestConfigDefaultsSuitSDCards(t *testing.T) {
@@ -78,7 +80,9 @@ func TestConfigRefuses(t *testing.T) {
 		{"wildcard advertised", Options{Name: "a", Dir: dir, PeerListen: "http://0.0.0.0:2380"}, "wildcard"},
 		{"not in initial cluster", Options{Name: "a", Dir: dir, InitialCluster: "b=http://10.0.0.2:2380"}, "does not list member"},
 		{"bad initial cluster", Options{Name: "a", Dir: dir, InitialCluster: "a=http://10.0.0.1:2380,junk"}, "not name=URL"},
-		{"https", Options{Name: "a", Dir: dir, ClientListen: "https://127.0.0.1:2379"}, "only http://"},
+		{"https", Options{Name: "a", Dir: dir, ClientListen: "https://127.0.0.1:2379"}, "without TLS the scheme is http://"},
+		{"http with TLS", Options{Name: "a", Dir: dir, ClientListen: "http://127.0.0.1:2379", TLS: certs.Files{Cert: "c", Key: "k", CA: "ca"}}, "with TLS the scheme is https://"},
+		{"TLS without a CA", Options{Name: "a", Dir: dir, TLS: certs.Files{Cert: "c", Key: "k"}}, "needs a certificate, its key and a CA file"},
 		{"no port", Options{Name: "a", Dir: dir, ClientListen: "http://127.0.0.1"}, "host:port"},
 		{"election too short", Options{Name: "a", Dir: dir, Heartbeat: 100 * time.Millisecond, ElectionTimeout: 400 * time.Millisecond}, "five heartbeats"},
 	}

@@ -37,8 +37,11 @@
 // serves only once a majority of members are up. Wait on [Member.Ready] or
 // call [Member.WaitReady].
 //
-// Peer and client traffic is plain HTTP/2 for now; TLS between members is
-// still to come (docs/cluster.md).
+// Peer and client traffic is plain HTTP/2, or mutual TLS with
+// [Options.TLS] (every URL then https://): members verify each other's
+// certificates and those of their clients against the CA file. etcd reads
+// the certificate, key and CRL again at each handshake, so replacing those
+// files takes effect without a restart; the CA file is read at start.
 package etcdembed
 
 import (
@@ -52,8 +55,10 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 
+	"github.com/linemq/linemq/gateway/certs"
 	"github.com/linemq/linemq/gateway/cluster/internal/zaplog"
 )
 
@@ -137,6 +142,13 @@ type Options struct {
 	// add` on it) instead of bootstrapping a new one.
 	Existing bool
 
+	// TLS, when its Cert is set, makes peer and client traffic mutual
+	// TLS with these files: the certificate serves both to accept and to
+	// dial (server and client authentication, naming the member's IP
+	// addresses), and the CA verifies other members and clients, which
+	// must present a certificate. Every URL must then be https://.
+	TLS certs.Files
+
 	// QuotaBytes bounds the database size. Default DefaultQuotaBytes.
 	QuotaBytes int64
 	// Heartbeat is the leader's heartbeat interval, a multiple of a
@@ -178,12 +190,26 @@ func (o Options) config() (*embed.Config, error) {
 	cfg.Name = o.Name
 	cfg.Dir = o.Dir
 
+	scheme := "http"
+	if o.TLS.Cert != "" {
+		if o.TLS.Key == "" || o.TLS.CA == "" {
+			return nil, errors.New("etcdembed: TLS needs a certificate, its key and a CA file")
+		}
+		scheme = "https"
+		info := transport.TLSInfo{
+			CertFile: o.TLS.Cert, KeyFile: o.TLS.Key, TrustedCAFile: o.TLS.CA,
+			CRLFile: o.TLS.CRL, ClientCertAuth: true,
+		}
+		cfg.PeerTLSInfo, cfg.ClientTLSInfo = info, info
+	}
+	parseURLs := func(what, list string) ([]url.URL, error) { return parseURLs(what, list, scheme) }
+
 	var err error
-	peerListen := or(o.PeerListen, DefaultPeerListen)
+	peerListen := or(o.PeerListen, defaultURL(DefaultPeerListen, scheme))
 	if cfg.ListenPeerUrls, err = parseURLs("peer listen", peerListen); err != nil {
 		return nil, err
 	}
-	clientListen := or(o.ClientListen, DefaultClientListen)
+	clientListen := or(o.ClientListen, defaultURL(DefaultClientListen, scheme))
 	if cfg.ListenClientUrls, err = parseURLs("client listen", clientListen); err != nil {
 		return nil, err
 	}
@@ -250,6 +276,7 @@ func (o Options) config() (*embed.Config, error) {
 // be called concurrently.
 type Member struct {
 	etcd      *embed.Etcd
+	scheme    string // of its URLs: "http://" or "https://"
 	closeOnce sync.Once
 }
 
@@ -264,7 +291,11 @@ func Start(o Options) (*Member, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdembed: start member %q: %w", o.Name, err)
 	}
-	return &Member{etcd: e}, nil
+	m := &Member{etcd: e, scheme: "http://"}
+	if o.TLS.Cert != "" {
+		m.scheme = "https://"
+	}
+	return m, nil
 }
 
 // Ready is closed once the member has joined a cluster with a leader and
@@ -295,7 +326,7 @@ func (m *Member) Err() <-chan error { return m.etcd.Err() }
 func (m *Member) ClientURLs() []string {
 	out := make([]string, 0, len(m.etcd.Clients))
 	for _, l := range m.etcd.Clients {
-		out = append(out, "http://"+l.Addr().String())
+		out = append(out, m.scheme+l.Addr().String())
 	}
 	return out
 }
@@ -305,7 +336,7 @@ func (m *Member) ClientURLs() []string {
 func (m *Member) PeerURLs() []string {
 	out := make([]string, 0, len(m.etcd.Peers))
 	for _, l := range m.etcd.Peers {
-		out = append(out, "http://"+l.Addr().String())
+		out = append(out, m.scheme+l.Addr().String())
 	}
 	return out
 }
@@ -364,7 +395,12 @@ func orInt[T int64 | uint64 | uint | time.Duration](v, def T) T {
 	return v
 }
 
-func parseURLs(what, list string) ([]url.URL, error) {
+// defaultURL is a default URL with the scheme in use.
+func defaultURL(u, scheme string) string {
+	return scheme + strings.TrimPrefix(u, "http")
+}
+
+func parseURLs(what, list, scheme string) ([]url.URL, error) {
 	var out []url.URL
 	for s := range strings.SplitSeq(list, ",") {
 		s = strings.TrimSpace(s)
@@ -375,8 +411,12 @@ func parseURLs(what, list string) ([]url.URL, error) {
 		if err != nil {
 			return nil, fmt.Errorf("etcdembed: %s URL %q: %w", what, s, err)
 		}
-		if u.Scheme != "http" {
-			return nil, fmt.Errorf("etcdembed: %s URL %q: only http:// is supported for now", what, s)
+		if u.Scheme != scheme {
+			why := "without TLS"
+			if scheme == "https" {
+				why = "with TLS"
+			}
+			return nil, fmt.Errorf("etcdembed: %s URL %q: %s the scheme is %s://", what, s, why, scheme)
 		}
 		if _, _, err := net.SplitHostPort(u.Host); err != nil {
 			return nil, fmt.Errorf("etcdembed: %s URL %q needs host:port: %w", what, s, err)
