@@ -50,7 +50,7 @@ type conn struct {
 	rbuf       []byte    // the read buffer; nil while parked with nothing half-read
 	shorts     int       // consecutive short reads, to shrink rbuf
 	kaDeadline time.Time // keep-alive deadline; zero when none is running
-	partial    int64     // when (Unix ns) the packet still incomplete in rbuf began to arrive; 0 when none
+	partial    int64     // when (srv.mono) the packet still incomplete in rbuf began to arrive; 0 when none
 	parkFD     int       // the socket's descriptor while parked, else -1
 	noPark     bool      // the connection cannot be parked (no descriptor)
 	rxc        *rxClock  // the timestamping reader; nil while parked, or for a socket without timestamps
@@ -237,7 +237,7 @@ func (c *conn) readLoop() (packet.ReasonCode, error) {
 			case rest == 0:
 				c.partial = 0
 			case off > 0 || c.partial == 0:
-				c.partial = time.Now().UnixNano() // a new packet began in this read
+				c.partial = c.srv.mono() // a new packet began in this read
 			}
 			if n < cap(buf)/4 {
 				c.shorts++
@@ -306,7 +306,7 @@ func (c *conn) armDeadline(parkAfter time.Duration) {
 	if to := c.srv.opts.PartialPacketTimeout; to > 0 && c.partial != 0 {
 		// Half a packet: it must be completed in time, and the connection
 		// is not parked meanwhile (its read buffer is in use).
-		if p := time.Unix(0, c.partial).Add(to); d.IsZero() || p.Before(d) {
+		if p := c.srv.monoTime(c.partial).Add(to); d.IsZero() || p.Before(d) {
 			d = p
 		}
 		c.nc.SetReadDeadline(d)
@@ -346,7 +346,7 @@ func (c *conn) readError(err error) (packet.ReasonCode, error) {
 			return 0, errConnectTimeout
 		case c.isClosing():
 		case c.partial != 0 && c.srv.opts.PartialPacketTimeout > 0 &&
-			!time.Now().Before(time.Unix(0, c.partial).Add(c.srv.opts.PartialPacketTimeout)):
+			!time.Now().Before(c.srv.monoTime(c.partial).Add(c.srv.opts.PartialPacketTimeout)):
 			return errPartialPacket.Code, errPartialPacket
 		case c.keepAlive > 0:
 			return packet.KeepAliveTimeout, errKeepAlive

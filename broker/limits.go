@@ -54,16 +54,16 @@ var limitWarnings = [numLimits]struct{ msg, key string }{
 // logged.
 type limitCounters struct {
 	n      [numLimits]atomic.Uint64
-	logged [numLimits]atomic.Int64 // unix nanoseconds of the last warning
+	logged [numLimits]atomic.Int64 // srv.mono of the last warning, 0 for none
 }
 
 // refused counts one refusal by limit k and logs it (with args) unless it
 // was logged less than limitLogEvery ago.
 func (srv *Server) refused(k limitKind, args ...any) {
 	n := srv.limits.n[k].Add(1)
-	now := time.Now().UnixNano()
+	now := srv.mono()
 	last := srv.limits.logged[k].Load()
-	if now-last < int64(limitLogEvery) || !srv.limits.logged[k].CompareAndSwap(last, now) {
+	if last != 0 && now-last < int64(limitLogEvery) || !srv.limits.logged[k].CompareAndSwap(last, now) {
 		return
 	}
 	w := limitWarnings[k]

@@ -148,7 +148,37 @@ func (srv *Server) restore(ctx context.Context) error {
 		return fmt.Errorf("broker: loading stored state: %w", err)
 	}
 	now := srv.clock.Now()
+	// Stored times are wall-clock readings. Each becomes a time on this
+	// run's clock (now plus its distance from base), so that no deadline
+	// moves when the wall clock is stepped later. base is now, unless the
+	// clock is behind the newest stored time: a board without a real-time
+	// clock that has booted before NTP answered. Then no time is taken to
+	// have passed since that newest time, and each expiry runs the rest of
+	// its interval from now, instead of expiring nothing for decades (the
+	// deadlines would lie far ahead of a clock at 1970), or everything at
+	// once when the clock is set.
+	base := now
+	if newest := newestTime(snap); now.Before(newest) {
+		base = newest
+		srv.log.Warn("the clock is behind the newest time in the store (not set yet?): expiry counts from now as if no time had passed since then",
+			"clock", now.UTC().Format(time.RFC3339), "newest_stored", newest.UTC().Format(time.RFC3339))
+	}
+	rebased := map[*Message]bool{}
+	rebase := func(m *Message) {
+		if m == nil || rebased[m] {
+			return
+		}
+		rebased[m] = true
+		m.Created = onRun(m.Created, now, base)
+		m.Expires = onRun(m.Expires, now, base)
+	}
+	for _, ms := range snap.Messages {
+		for _, mr := range ms {
+			rebase(mr.Message)
+		}
+	}
 	for _, m := range snap.Retained {
+		rebase(m)
 		if !m.expired(now) {
 			srv.retained.set(m)
 		}
@@ -162,7 +192,7 @@ func (srv *Server) restore(ctx context.Context) error {
 		s := newSession(srv, rec.ClientID, rec.Version)
 		s.expiry = rec.ExpiryInterval
 		s.stored = true
-		since := rec.Disconnected
+		since := onRun(rec.Disconnected, now, base)
 		if since.IsZero() {
 			since = now
 		}
@@ -218,6 +248,40 @@ func (srv *Server) restore(ctx context.Context) error {
 	}
 	srv.log.Info("restored state", "sessions", len(srv.sessions), "retained", srv.retained.len(), "expired_sessions", len(ended))
 	return nil
+}
+
+// onRun turns a stored wall-clock time t into a time on this run's clock:
+// as far from now as it was from base. Zero stays zero.
+func onRun(t, now, base time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return now.Add(t.Sub(base))
+}
+
+// newestTime is the latest time a snapshot records: when a session went
+// offline, when a message arrived.
+func newestTime(snap *Snapshot) time.Time {
+	var newest time.Time
+	later := func(t time.Time) {
+		if t.After(newest) {
+			newest = t
+		}
+	}
+	for _, m := range snap.Retained {
+		later(m.Created)
+	}
+	for _, rec := range snap.Sessions {
+		later(rec.Disconnected)
+	}
+	for _, ms := range snap.Messages {
+		for _, mr := range ms {
+			if mr.Message != nil {
+				later(mr.Message.Created)
+			}
+		}
+	}
+	return newest
 }
 
 // deliveryOf makes the delivery a stored (or handed over) message record

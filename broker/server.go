@@ -20,9 +20,14 @@ var ErrServerClosed = errors.New("broker: server closed")
 // Server is an MQTT 3.1.1 and 5.0 broker. Make one with New, give it
 // listeners with Serve, and stop it with Shutdown.
 type Server struct {
-	opts   Options
-	log    *slog.Logger
-	clock  Clock
+	opts  Options
+	log   *slog.Logger
+	clock Clock
+	// born is when New ran, with the monotonic reading that mono counts
+	// from: instants kept as integers are durations since born, so that a
+	// step of the wall clock (a board without a real-time clock setting
+	// its time from NTP) moves none of them.
+	born   time.Time
 	closed atomic.Bool
 	// stopping is closed when Shutdown starts: background work (settling
 	// a departed member's messages) gives up then.
@@ -69,6 +74,12 @@ type Server struct {
 	recent recentRing // recently received messages, for arrival order (arrival.go)
 }
 
+// mono returns the monotonic time since the server was made, never 0.
+func (srv *Server) mono() int64 { return int64(time.Since(srv.born)) + 1 }
+
+// monoTime turns a mono reading back into a time with a monotonic reading.
+func (srv *Server) monoTime(m int64) time.Time { return srv.born.Add(time.Duration(m - 1)) }
+
 // New returns a Server configured by opts, or the options that are invalid.
 func New(opts Options) (*Server, error) {
 	if err := opts.Validate(); err != nil {
@@ -80,6 +91,7 @@ func New(opts Options) (*Server, error) {
 		opts:      o,
 		log:       o.Logger,
 		clock:     o.Clock,
+		born:      time.Now(),
 		sessions:  make(map[string]*session),
 		listeners: make(map[net.Listener]struct{}),
 		live:      make(map[*conn]struct{}),

@@ -74,7 +74,8 @@ type Listener struct {
 	wg      sync.WaitGroup // the listener's goroutines
 
 	refused    atomic.Int64 // connections refused at the limit
-	lastLogged atomic.Int64 // unix nanoseconds of the last refusal record
+	born       time.Time    // when Listen ran: lastLogged counts from it, on the monotonic clock
+	lastLogged atomic.Int64 // nanoseconds since born of the last refusal record, 0 for none
 }
 
 // Listen opens a listener for cfg (its unset fields at their defaults).
@@ -90,7 +91,7 @@ func Listen(ctx context.Context, cfg Config, opts Options) (*Listener, error) {
 		opts.HandshakeTimeout = DefaultHandshakeTimeout
 	}
 	c := cfg.WithDefaults()
-	l := &Listener{cfg: c, opts: opts, log: opts.Logger.With("listener", string(c.Type)), done: make(chan struct{})}
+	l := &Listener{cfg: c, opts: opts, log: opts.Logger.With("listener", string(c.Type)), done: make(chan struct{}), born: time.Now()}
 	l.count.max = int(c.MaxConnections)
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	if c.Type.secure() {
@@ -407,9 +408,9 @@ func (l *Listener) acceptCounted() (net.Conn, error) {
 // refusalLogEvery.
 func (l *Listener) refusedOne() {
 	n := l.refused.Add(1)
-	now := time.Now().UnixNano()
+	now := int64(time.Since(l.born)) + 1
 	last := l.lastLogged.Load()
-	if now-last >= int64(refusalLogEvery) && l.lastLogged.CompareAndSwap(last, now) {
+	if (last == 0 || now-last >= int64(refusalLogEvery)) && l.lastLogged.CompareAndSwap(last, now) {
 		l.log.Warn("connection refused: listener at max_connections", "max_connections", l.cfg.MaxConnections, "refused_total", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -148,4 +149,58 @@ func TestTLSRevocation(t *testing.T) {
 		t.Error("after a refused list, the revoked certificate was accepted")
 	}
 	connect("hmi-3", p.sanOnly)
+}
+
+// TestTLSRotationWithManyClients is the appliance's certificate check on
+// loopback: 100 TLS clients connected; the server certificate, the client
+// CA bundle and the CRL replaced on disk. None of the 99 in good standing
+// is dropped, a new handshake gets the new certificate, and the one whose
+// certificate the list revokes is disconnected and refused.
+func TestTLSRotationWithManyClients(t *testing.T) {
+	p := newPKI(t)
+	caFile, crl := filepath.Join(p.dir, "clients.pem"), filepath.Join(p.dir, "clients.crl")
+	replaceFile(t, p.ca.file, caFile)
+	p.ca.writeCRL(t, crl)
+	l := listen(t, Config{Type: TLS, CertFile: p.certFile, KeyFile: p.keyFile, CAFile: caFile, CRLFile: crl, MaxConnections: 200}, Options{})
+	serve(t, newAuth(t, auth.Config{}), broker.Options{}, l)
+
+	_, _, doomed := p.ca.issue(t, t.TempDir(), "plc-doomed", false, nil)
+	var good []*mqtttest.V5
+	for i := range 100 {
+		cert := p.plc
+		if i == 99 {
+			cert = doomed
+		}
+		nc, err := p.dialTLS(l, &tls.Config{Certificates: []tls.Certificate{cert}})
+		if err != nil {
+			t.Fatalf("client %d: %v", i, err)
+		}
+		c, ca := mqtttest.ConnectV5(t, viaTCP(t, nc), &paho.Connect{ClientID: "c" + strconv.Itoa(i), KeepAlive: 30, CleanStart: true}, mqtttest.Options{})
+		if ca.ReasonCode != 0 {
+			t.Fatalf("client %d: CONNACK %#x", i, ca.ReasonCode)
+		}
+		if i < 99 {
+			good = append(good, c)
+		}
+	}
+
+	cert, key, _ := p.ca.issue(t, t.TempDir(), "gateway-2027", true, nil)
+	replaceFile(t, key, p.keyFile)
+	replaceFile(t, cert, p.certFile)
+	other := newCA(t, t.TempDir(), "line-2-ca")
+	bundle := filepath.Join(t.TempDir(), "bundle.pem")
+	writeFileOf(t, bundle, p.ca.file, other.file)
+	replaceFile(t, bundle, caFile)
+	p.ca.writeCRL(t, crl, doomed)
+
+	took := waitFor(t, "the new certificate served and the revoked client gone", 5*time.Second, func() bool {
+		return l.Conns() == 99 && p.serverCN(l, nil) == "gateway-2027"
+	})
+	t.Logf("100 clients: rotation in force %v after the files were written, 99 still connected", took.Round(time.Millisecond))
+	if _, err := p.dialTLS(l, &tls.Config{Certificates: []tls.Certificate{doomed}}); err == nil {
+		t.Error("the revoked certificate was accepted after the rotation")
+	}
+	for i, c := range good {
+		roundTrip(t, c, "still/"+strconv.Itoa(i))
+	}
 }

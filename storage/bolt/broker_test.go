@@ -180,6 +180,61 @@ func TestExpiryAcrossRestart(t *testing.T) {
 	c.ExpectNothing(100 * time.Millisecond)
 }
 
+// TestBootBeforeTheClockIsSet: a gateway without a real-time clock
+// restarts with its clock at 1970, before NTP answers, on a store written
+// in 2026. Nothing expires at once, and nothing is kept for ever: each
+// session and message runs the rest of its interval from the start, as
+// though no time had passed while it was down.
+func TestBootBeforeTheClockIsSet(t *testing.T) {
+	clock := brokertest.NewFakeClock()
+	n := newNode(t, broker.Options{Clock: clock}, bolt.Options{})
+	for _, c := range []struct {
+		id  string
+		exp uint32
+	}{{"short", 60}, {"long", 3600}} {
+		cl, _ := brokertest.Connect(t, n.Addr, v5(c.id, true, c.exp))
+		cl.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("e"), QoS: 1}}})
+		cl.Conn.Close()
+	}
+	brokertest.Eventually(t, 5*time.Second, "offline", func() bool { return n.srv().Stats().ClientsConnected == 0 })
+	pub, _ := brokertest.Connect(t, n.Addr, v5("pub", true, 0))
+	p := &packet.Publish{Topic: []byte("e"), QoS: 1, PacketID: 1, Payload: []byte("two minutes")}
+	p.Props.Set(packet.PropMessageExpiry)
+	p.Props.MessageExpiry = 120
+	pub.Publish(p)
+	pub.Expect(packet.PUBACK, nil)
+	pub.Publish(&packet.Publish{Topic: []byte("e"), QoS: 1, PacketID: 2, Payload: []byte("for ever")})
+	pub.Expect(packet.PUBACK, nil)
+	n.Stop()
+
+	clock.Set(time.Unix(42, 0)) // the next boot, before NTP
+	n.Run()
+	has := func(id string) bool { _, _, ok := n.srv().Client(id); return ok }
+	if !has("short") || !has("long") {
+		t.Fatalf("after a boot at 1970: short %v, long %v; the stored sessions expired at once", has("short"), has("long"))
+	}
+	clock.Advance(59 * time.Second)
+	if !has("short") {
+		t.Fatal("the 60 s session expired within 59 s of the boot")
+	}
+	clock.Advance(2 * time.Second)
+	brokertest.Eventually(t, 5*time.Second, "the 60 s session expired 60 s after the boot", func() bool { return !has("short") })
+	if !has("long") {
+		t.Fatal("the hour-long session expired after a minute")
+	}
+	clock.Advance(time.Minute) // the message's two minutes are up
+	c, ca := brokertest.Connect(t, n.Addr, v5("long", false, 3600))
+	if !ca.SessionPresent {
+		t.Fatal("long session lost")
+	}
+	var got packet.Publish
+	c.Expect(packet.PUBLISH, &got)
+	if string(got.Payload) != "for ever" {
+		t.Fatalf("got %q; the two-minute message should have expired", got.Payload)
+	}
+	c.ExpectNothing(100 * time.Millisecond)
+}
+
 // TestFullDisk turns a store that cannot grow into refused publishes
 // (PUBACK 0x97 for v5, a disconnect for 3.1.1) and recovers once there is
 // room again, losing nothing it acknowledged.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,7 +61,9 @@ type Options struct {
 	// Version is the linemq version, published in nodes/<node>.
 	Version string
 	// Epoch identifies this run of the process (see Node.Epoch). Default:
-	// the time New is called, in nanoseconds.
+	// 63 random bits. Not the time: a board without a real-time clock
+	// starts at 1970 until NTP answers, and two such runs could read
+	// nearly the same nanoseconds.
 	Epoch uint64
 	// Store identifies the node's durable storage (bolt's Store.ID), if
 	// it has any. A run that finds its node registered by an earlier run
@@ -167,8 +170,8 @@ func New(o Options) (*Registry, error) {
 	if o.Prefix[len(o.Prefix)-1] != '/' {
 		return nil, fmt.Errorf("registry: prefix %q must end in /", o.Prefix)
 	}
-	if o.Epoch == 0 {
-		o.Epoch = uint64(time.Now().UnixNano())
+	for o.Epoch == 0 {
+		o.Epoch = rand.Uint64() >> 1 // math/rand/v2: seeded from the system's entropy
 	}
 	o.TTL = orDur(o.TTL, DefaultTTL)
 	o.RequestTimeout = orDur(o.RequestTimeout, DefaultRequestTimeout)

@@ -12,7 +12,7 @@ type Node struct {
 	Addr    string // where peers reach its node-to-node transport
 	Version string // the linemq version it runs
 	// Epoch changes every time the node's process starts (it defaults
-	// to the start time in nanoseconds), so peers can tell a restarted
+	// to a random number), so peers can tell a restarted
 	// node, whose sessions and streams are gone, from one that merely
 	// reconnected to etcd.
 	Epoch uint64
