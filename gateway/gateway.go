@@ -44,6 +44,7 @@ import (
 	"github.com/linemq/linemq/gateway/config"
 	"github.com/linemq/linemq/gateway/health"
 	"github.com/linemq/linemq/gateway/listen"
+	"github.com/linemq/linemq/gateway/provision"
 	"github.com/linemq/linemq/gateway/sparkplug"
 	"github.com/linemq/linemq/gateway/web"
 	"github.com/linemq/linemq/hw"
@@ -72,6 +73,11 @@ type Options struct {
 	// HW overrides how the hardware is opened (a simulated board, a fake
 	// environment), for tests; the zero value is the real machine.
 	HW hw.Options
+	// Provisioned is the outcome of the last provisioning set applied or
+	// refused (gateway/provision), nil when there was none: a refused one
+	// makes the "provisioning" health check degraded, naming why, on the
+	// page, in /readyz's details and on the status LED.
+	Provisioned *provision.Status
 }
 
 // Gateway is a running gateway, made by Start. Its methods may be called
@@ -249,6 +255,10 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		if err = g.cluster.Bind(srv); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
+	}
+	if p := opts.Provisioned; p != nil {
+		st, why := provisionState(p)
+		g.health.Set("provisioning", st, why)
 	}
 	// The listeners serve from now on; in a cluster, a CONNECT before
 	// this node knows the others waits for that (up to the claim bound)
@@ -667,6 +677,24 @@ func (g *Gateway) closeListeners() {
 	for _, l := range g.extra {
 		l.Close()
 	}
+}
+
+// provisionState is the health of the last provisioning set: OK once
+// applied, degraded while the last one offered was refused (the gateway
+// runs on the configuration before it).
+func provisionState(p *provision.Status) (health.State, string) {
+	at := p.At.Format("2006-01-02 15:04 UTC")
+	if p.Applied {
+		return health.OK, fmt.Sprintf("the set of %s was applied (%d files)", at, len(p.Files))
+	}
+	why := "no reason recorded"
+	if len(p.Problems) > 0 {
+		why = p.Problems[0]
+		if n := len(p.Problems) - 1; n > 0 {
+			why += fmt.Sprintf(" (and %d more)", n)
+		}
+	}
+	return health.Degraded, fmt.Sprintf("the set of %s was refused, the configuration before it runs: %s; see linemq-error.txt on the boot partition", at, why)
 }
 
 // Reload reads the password and ACL files, the listeners' certificates and

@@ -17,6 +17,8 @@ import (
 	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/gateway"
 	"github.com/linemq/linemq/gateway/config"
+	"github.com/linemq/linemq/gateway/health"
+	"github.com/linemq/linemq/gateway/provision"
 	"github.com/linemq/linemq/internal/mqtttest"
 )
 
@@ -382,4 +384,31 @@ func TestStorageMaxSize(t *testing.T) {
 		}
 	}
 	t.Fatal("200 retained messages of 60 KiB accepted with storage.max_size 2MiB")
+}
+
+// TestProvisioningHealth: a refused provisioning set keeps the gateway on
+// its earlier configuration, and says so in the "provisioning" health
+// check (and so on the page, in /readyz's details and on the status LED)
+// until a good one is applied.
+func TestProvisioningHealth(t *testing.T) {
+	at := time.Date(2026, 12, 6, 22, 40, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		status *provision.Status
+		state  health.State
+		reason string
+	}{
+		{&provision.Status{At: at, Files: []string{"linemq/acl"}, Problems: []string{`linemq/acl:3: unknown access "sometimes"`, "linemq/hostname:1: x"}},
+			health.Degraded, `the set of 2026-12-06 22:40 UTC was refused, the configuration before it runs: linemq/acl:3: unknown access "sometimes" (and 1 more)`},
+		{&provision.Status{At: at, Applied: true, Files: []string{"linemq.yaml", "linemq/passwd"}}, health.OK, "applied (2 files)"},
+	} {
+		g, err := gateway.Start(t.Context(), gateway.Options{Config: testConfig(t), Provisioned: tc.status})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, ok := g.Health().Get("provisioning")
+		g.Close()
+		if !ok || c.State != tc.state || !strings.Contains(c.Reason, tc.reason) {
+			t.Errorf("provisioning check = %+v (present %v), want %v with %q", c, ok, tc.state, tc.reason)
+		}
+	}
 }

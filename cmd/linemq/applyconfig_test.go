@@ -14,18 +14,16 @@ const applyConfig = "../../buildroot/board/linemq/common/rootfs-overlay/usr/libe
 
 // TestApplyConfigRejectsWhatCannotStart runs the appliance's apply-config
 // on a boot partition in a temporary directory: a linemq.yaml the daemon
-// cannot start with is renamed linemq.yaml.rejected with the reason beside
-// it, whatever its exit status. It used to reject only exit status 2 (a bad
+// cannot start with is refused, with the reason in linemq-error.txt beside
+// it, and nothing is applied. It used to reject only exit status 2 (a bad
 // key or value, a file it names missing): a listener on an address the
 // gateway does not have (a typo in an IP address; exit 1) was applied, and
 // the gateway then failed at every boot, which with StartLimitAction=reboot
-// is a reboot loop.
+// is a reboot loop. A good one is applied and leaves the boot partition,
+// and the system's files of the set reach /run.
 func TestApplyConfigRejectsWhatCannotStart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the daemon")
-	}
-	if _, err := exec.LookPath("timeout"); err != nil {
-		t.Skip("no timeout(1)")
 	}
 	for _, tc := range []struct {
 		name, yaml string
@@ -39,24 +37,35 @@ func TestApplyConfigRejectsWhatCannotStart(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			boot := filepath.Join(dir, "boot")
-			if err := os.MkdirAll(boot, 0o755); err != nil {
+			boot, run := filepath.Join(dir, "boot"), filepath.Join(dir, "run")
+			if err := os.MkdirAll(filepath.Join(boot, "linemq"), 0o755); err != nil {
 				t.Fatal(err)
 			}
 			writeFile(t, filepath.Join(boot, "linemq.yaml"), tc.yaml)
+			writeFile(t, filepath.Join(boot, "linemq", "ntp.txt"), "10.0.0.1\nntp.plant.local\n")
 			cmd := exec.Command("sh", applyConfig)
 			cmd.Env = append(os.Environ(), "LINEMQ_BOOT="+boot, "LINEMQ_ETC="+filepath.Join(dir, "etc"),
-				"LINEMQ_CONF_DIR="+filepath.Join(dir, "config"), "LINEMQ_BIN="+binary)
+				"LINEMQ_CONF_DIR="+filepath.Join(dir, "config"), "LINEMQ_BIN="+binary, "LINEMQ_RUN="+run, "LINEMQ_NO_HOSTNAME=1")
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("apply-config: %v\n%s", err, out)
 			}
-			_, statErr := os.Stat(filepath.Join(boot, "linemq.yaml.rejected"))
-			if rejected := statErr == nil; rejected != tc.rejected {
-				t.Fatalf("rejected %v, want %v\n%s", rejected, tc.rejected, out)
+			_, statErr := os.Stat(filepath.Join(dir, "config", "linemq.yaml"))
+			if applied := statErr == nil; applied == tc.rejected {
+				t.Fatalf("applied %v, want %v\n%s", applied, !tc.rejected, out)
 			}
 			if !tc.rejected {
+				if _, err := os.Stat(filepath.Join(boot, "linemq.yaml")); err == nil {
+					t.Error("an applied linemq.yaml stays on the boot partition")
+				}
+				ntp, err := os.ReadFile(filepath.Join(run, "systemd", "timesyncd.conf.d", "10-linemq.conf"))
+				if err != nil || !strings.Contains(string(ntp), "NTP=10.0.0.1 ntp.plant.local") {
+					t.Errorf("timesyncd's servers: %v\n%s\n%s", err, ntp, out)
+				}
 				return
+			}
+			if _, err := os.Stat(filepath.Join(boot, "linemq.yaml")); err != nil {
+				t.Error("a refused linemq.yaml left the boot partition")
 			}
 			why, err := os.ReadFile(filepath.Join(boot, "linemq-error.txt"))
 			if err != nil || !strings.Contains(string(why), tc.reason) {

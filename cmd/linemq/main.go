@@ -9,6 +9,7 @@
 //	linemq db check|compact [-data-dir DIR] [FILE]
 //	linemq passwd [-c] [-stdin] [-D] FILE USER
 //	linemq import-mosquitto mosquitto.conf > linemq.yaml
+//	linemq provision check|apply [-conf DIR] BOOT
 //
 // Without -config it runs on the built-in defaults. Flags given on the
 // command line override the configuration file; flags left out do not, so
@@ -40,12 +41,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
 
 	"github.com/linemq/linemq/gateway"
 	"github.com/linemq/linemq/gateway/config"
+	"github.com/linemq/linemq/gateway/provision"
 )
 
 // version is the release, set at build time with
@@ -90,6 +93,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) > 0 && args[0] == "passwd" {
 		return runPasswd(args[1:], os.Stdin, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "provision" {
+		return runProvision(args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "import-mosquitto" {
 		return runImportMosquitto(args[1:], stdout, stderr)
@@ -137,7 +143,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	g, err := gateway.Start(ctx, gateway.Options{Config: cfg, Logger: log, Version: version})
+	opts := gateway.Options{Config: cfg, Logger: log, Version: version}
+	// The outcome of the last provisioning set sits beside the
+	// configuration it made (the appliance's /etc/linemq), or, while the
+	// appliance still runs its factory file, in the directory a set would
+	// have made.
+	for _, dir := range []string{filepath.Dir(*configFile), DefaultConfDir} {
+		if *configFile == "" || opts.Provisioned != nil {
+			break
+		}
+		st, err := provision.ReadStatus(dir)
+		if err != nil {
+			log.Warn("reading the provisioning status", "dir", dir, "err", err)
+		}
+		opts.Provisioned = st
+	}
+	if st := opts.Provisioned; st != nil && !st.Applied {
+		log.Warn("the last provisioning set was refused; running on the configuration before it", "problems", strings.Join(st.Problems, "; "))
+	}
+	g, err := gateway.Start(ctx, opts)
 	if err != nil {
 		log.Error("linemq failed", "err", err)
 		return 1

@@ -24,21 +24,28 @@
 #      the init listens on): it freezes linemq (SIGSTOP, a hung process),
 #      and softdog resets the guest, which -no-reboot turns into QEMU
 #      exiting;
-#   4. after a second boot with a bad linemq.yaml (rejected, the factory
-#      configuration kept), the health gate: the control fills the data
+#   4. after a second boot with a provisioning set holding one bad ACL line
+#      (refused whole, named on the page; the factory configuration kept),
+#      the health gate: the control fills the data
 #      partition while a persistent session needs its messages stored; the
 #      storage check fails, /readyz answers 503 with the reason, linemq
-#      stops feeding the watchdog and softdog resets the guest.
+#      stops feeding the watchdog and softdog resets the guest;
+#   5. a third boot with the same set made good (passwords, an ACL, a TLS
+#      listener with the plant CA made here by openssl, a static address,
+#      the host name, an NTP server): applied whole, gone from the boot
+#      partition but for linemq-applied.txt, the system's files in /run;
+#      anonymous clients and a wrong password refused, a TLS client with
+#      the CA and its password served.
 # The kernel and busybox come from Debian's arm64 packages (apt-get
 # download after dpkg --add-architecture arm64), cached in
 # $LINEMQ_APPLIANCE_CACHE (default ~/.cache/linemq-appliance).
-# Needs qemu-system-arm, cpio, curl, mosquitto-clients, python3, Go (the
-# helper); checked first (needs.sh). appliance-test.sh --needs only checks.
+# Needs qemu-system-arm, cpio, curl, mosquitto-clients, python3, openssl,
+# Go (the helpers); checked first (needs.sh). appliance-test.sh --needs only checks.
 set -euo pipefail
 
 "$(dirname "$0")/needs.sh" appliance-test \
 	qemu-system-aarch64:qemu-system-arm cpio:cpio gzip:gzip curl:curl \
-	mosquitto_sub:mosquitto-clients mosquitto_pub:mosquitto-clients python3:python3 \
+	mosquitto_sub:mosquitto-clients mosquitto_pub:mosquitto-clients python3:python3 openssl:openssl \
 	dpkg:dpkg apt-get:apt
 [ "${1-}" = --needs ] && exit 0
 
@@ -105,11 +112,56 @@ mkdir -p "$root/boot" "$root/testdata"
 	printf '  watchdog: {device: /dev/watchdog, timeout: 5s}\n'
 	printf 'auth:\n  allow_anonymous: true\n'
 } >"$root/testdata/good.yaml"
-printf 'node_id: appliance-qemu-2\nmqtt:\n  listen: ":1883"\n  max_keepalive: 0\n' >"$root/testdata/bad.yaml"
+# The third boot's provisioning set locks the gateway down: passwords,
+# an ACL, a TLS listener (the host's clients verify it with the plant CA),
+# a static address, host name and NTP server. The second boot's is the
+# same set with one bad ACL line: refused whole.
+mkset() { # mkset DIR NODE ACL
+	local d=$1
+	mkdir -p "$d/linemq/tls" "$d/linemq/network"
+	cat >"$d/linemq.yaml" <<YAML
+node_id: $2
+mqtt:
+  listen: ":1883"
+http:
+  listen: ":8080"
+auth:
+  allow_anonymous: false
+  password_file: /etc/linemq/passwd
+  acl_file: /etc/linemq/acl
+listeners:
+  - type: tls
+    address: ":8883"
+    cert_file: /etc/linemq/tls/server.crt
+    key_file: /etc/linemq/tls/server.key
+    ca_file: /etc/linemq/tls/ca.crt
+hw:
+  watchdog: {device: /dev/watchdog, timeout: 5s}
+YAML
+	cp "$pki/passwd" "$d/linemq/passwd"
+	printf '%b' "$3" >"$d/linemq/acl"
+	cp "$pki/server.crt" "$pki/server.key" "$pki/ca.crt" "$d/linemq/tls/"
+	printf '[Match]\nName=eth0\n\n[Network]\nAddress=10.0.2.15/24\nGateway=10.0.2.2\n' >"$d/linemq/network/eth0.network"
+	echo "$2" >"$d/linemq/hostname"
+	echo 10.0.2.2 >"$d/linemq/ntp.txt"
+}
+pki=$work/pki
+mkdir -p "$pki"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "/CN=plant CA" \
+	-keyout "$pki/ca.key" -out "$pki/ca.crt" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=appliance-qemu-3" \
+	-keyout "$pki/server.key" -out "$pki/server.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$pki/ext"
+openssl x509 -req -in "$pki/server.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 2 \
+	-extfile "$pki/ext" -out "$pki/server.crt" 2>/dev/null
+(cd "$repo" && go build -o "$work/linemq-host" ./cmd/linemq)
+echo s3cret | "$work/linemq-host" passwd -c -stdin "$pki/passwd" scada >/dev/null
+mkset "$root/testdata/secure" appliance-qemu-3 'user scada\ntopic readwrite appliance/#\n'
+mkset "$root/testdata/bad" appliance-qemu-2 'user scada\ntopic readwrite appliance/#\ntopic sometimes appliance/x\n'
 echo "  boot partition's linemq.yaml, first boot:"
 sed 's/^/  | /' "$root/testdata/good.yaml"
-echo "  and second boot:"
-sed 's/^/  | /' "$root/testdata/bad.yaml"
+echo "  second boot: a provisioning set with a bad ACL line; third boot: the same set, good:"
+(cd "$root/testdata/secure" && find . -type f | sort | sed 's/^/  | /')
 printf 'root:x:0:0:root:/:/bin/sh\nlinemq:x:999:999::/:/bin/false\n' >"$root/etc/passwd"
 printf 'root:x:0:\nlinemq:x:999:\ngpio:x:998:linemq\n' >"$root/etc/group"
 cat >"$root/init" <<'INIT'
@@ -133,14 +185,17 @@ ip route add default via 10.0.2.2
 hostname linemq-qemu
 echo "appliance-init: $(uname -r), $(ls /dev/watchdog* | tr '\n' ' ')"
 case $(cat /proc/cmdline) in
-*linemq.boot=bad*) cp /testdata/bad.yaml /boot/linemq.yaml ;;
+*linemq.boot=bad*) cp -r /testdata/bad/. /boot/ ;;
+*linemq.boot=secure*) cp -r /testdata/secure/. /boot/ ;;
 *) cp /testdata/good.yaml /boot/linemq.yaml ;;
 esac
 # What tmpfiles.d and linemq-config.service do on the appliance.
 mkdir -p -m 0750 /var/lib/linemq/config
 chgrp linemq /var/lib/linemq/config
 /usr/libexec/linemq/apply-config
-ls /boot | sed 's/^/appliance-init: boot partition: /'
+(cd /boot && find . -type f) | sed 's|^\./|appliance-init: boot partition: |'
+ls /run/systemd/network /run/systemd/timesyncd.conf.d 2>/dev/null | sed 's/^/appliance-init: run: /'
+echo "appliance-init: host name $(hostname)"
 /usr/bin/linemq -config /etc/linemq/linemq.yaml -data-dir /var/lib/linemq &
 pid=$!
 echo "appliance-init: linemq pid $pid"
@@ -174,6 +229,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 elapsed() { echo "$(date +%s.%N) $start" | awk '{ printf "%.1f", $1 - $2 }'; }
 boot() {
 	mqtt=$(free_port)
+	mqtts=$(free_port)
 	http=$(free_port)
 	ctl=$(free_port)
 	step "booting: qemu-system-aarch64 -M virt (MQTT 127.0.0.1:$mqtt, HTTP 127.0.0.1:$http, control 127.0.0.1:$ctl)"
@@ -181,7 +237,7 @@ boot() {
 	qemu-system-aarch64 -M virt -cpu cortex-a53 -smp 2 -m 512 -nographic -no-reboot \
 		-kernel "$cache/vmlinuz" -initrd "$work/initrd.gz" \
 		-append "console=ttyAMA0 panic=-1 loglevel=4 ${1:-}" \
-		-netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$mqtt-:1883,hostfwd=tcp:127.0.0.1:$http-:8080,hostfwd=tcp:127.0.0.1:$ctl-:7000" \
+		-netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$mqtt-:1883,hostfwd=tcp:127.0.0.1:$mqtts-:8883,hostfwd=tcp:127.0.0.1:$http-:8080,hostfwd=tcp:127.0.0.1:$ctl-:7000" \
 		-device virtio-net-device,netdev=n0 \
 		</dev/null >"$work/console.log" 2>&1 &
 	qpid=$!
@@ -211,7 +267,7 @@ wait_reset() { # the guest must be reset by softdog within 30 s
 
 boot
 grep -E 'appliance-init|linemq-config|msg=ready|gateway started|msg="hardware|watchdog' "$work/console.log" | sed 's/^/  | /' | cut -c1-200
-grep -q 'linemq-config: applied /boot/linemq.yaml' "$work/console.log" || fail "the boot partition's linemq.yaml was not applied"
+grep -q 'linemq provision: applied linemq.yaml' "$work/console.log" || fail "the boot partition's linemq.yaml was not applied"
 grep -q 'gateway started.*node_id=appliance-qemu-1' "$work/console.log" || fail "linemq did not run with the applied configuration"
 grep -q 'appliance-init: boot partition: linemq-applied.txt' "$work/console.log" || fail "no linemq-applied.txt on the boot partition"
 echo "  first boot: /boot/linemq.yaml checked, applied (node_id appliance-qemu-1, the watchdog) and removed"
@@ -271,14 +327,25 @@ wait_reset
 grep -E 'freezing|softdog' "$work/console.log" | sed 's/^/  | /' | cut -c1-160
 echo "  reset by softdog ${reset_after} s after the freeze (timeout 5 s); QEMU exited (-no-reboot)"
 
-step "a bad linemq.yaml on the boot partition is rejected; the health gate: fill the data partition, storage fails, feeding stops, softdog resets"
+step "a provisioning set with a bad ACL line is refused whole; the health gate: fill the data partition, storage fails, feeding stops, softdog resets"
 boot linemq.boot=bad
 grep -E 'linemq-config|boot partition|gateway started' "$work/console.log" | sed 's/^/  | /' | cut -c1-200
-grep -q 'linemq-config: /boot/linemq.yaml rejected' "$work/console.log" || fail "the bad linemq.yaml was not rejected"
+grep -E 'linemq provision|linemq/acl' "$work/console.log" | sed 's/^/  | /' | cut -c1-200
+grep -q 'linemq-config: provisioning set in /boot refused' "$work/console.log" || fail "the set with a bad ACL line was not refused"
+grep -q 'linemq/acl:3: unknown access "sometimes"' "$work/console.log" || fail "the refusal does not name the ACL's line"
 grep -q 'appliance-init: boot partition: linemq-error.txt' "$work/console.log" || fail "no linemq-error.txt on the boot partition"
-grep -q 'appliance-init: boot partition: linemq.yaml.rejected' "$work/console.log" || fail "no linemq.yaml.rejected on the boot partition"
+grep -q 'appliance-init: boot partition: linemq/acl' "$work/console.log" || fail "the refused set did not stay on the boot partition to be fixed"
+grep -q 'appliance-init: run: ' "$work/console.log" && fail "a refused set's network or NTP files reached /run"
 grep -q 'gateway started.*node_id=linemq-qemu' "$work/console.log" || fail "linemq did not keep the factory configuration"
-echo "  rejected (linemq.yaml.rejected, linemq-error.txt), the factory configuration kept"
+curl -s "http://127.0.0.1:$http/api/v1/status" >"$work/status.json"
+python3 - "$work/status.json" <<'PY' || fail "the status API does not show the refused set as a degraded provisioning check"
+import json, sys
+checks = {c["name"]: c for c in json.load(open(sys.argv[1]))["health"]["checks"]}
+c = checks["provisioning"]
+assert c["state"] == "degraded" and "linemq/acl:3" in c["reason"], c
+print("  status page: provisioning " + c["state"] + ": " + c["reason"][:110])
+PY
+echo "  refused whole (linemq-error.txt names linemq/acl:3), nothing applied: the factory configuration kept"
 # A persistent session whose messages must be stored, then the disk fills.
 mosquitto_sub -h 127.0.0.1 -p "$mqtt" -V 5 -q 1 -c -x 3600 -i keeper -t appliance/keep -W 2 >/dev/null 2>&1 || true
 t_fill=$SECONDS
@@ -298,5 +365,35 @@ grep -q 'not feeding' "$work/console.log" || fail "linemq did not stop feeding t
 echo "  /readyz while failing: ${readyz:-no answer}"
 echo "  reset by softdog $((SECONDS - t_fill)) s after the data partition was filled; QEMU exited (-no-reboot)"
 
+step "a provisioning set locks the gateway down: passwords, ACL, TLS, static address; its secrets leave the boot partition"
+boot linemq.boot=secure
+grep -E 'linemq provision|linemq-config|boot partition|appliance-init: (run|host)|gateway started' "$work/console.log" | sed 's/^/  | /' | cut -c1-200
+grep -q 'linemq provision: applied linemq.yaml, linemq/acl' "$work/console.log" || fail "the provisioning set was not applied"
+grep -q 'gateway started.*node_id=appliance-qemu-3' "$work/console.log" || fail "linemq did not run with the provisioned configuration"
+if grep -E 'appliance-init: boot partition: (linemq\.yaml|linemq/)' "$work/console.log"; then fail "files of the applied set stay on the boot partition"; fi
+grep -q 'appliance-init: boot partition: linemq-applied.txt' "$work/console.log" || fail "no linemq-applied.txt on the boot partition"
+grep -q 'appliance-init: run: 10-linemq-eth0.network' "$work/console.log" || fail "the static address's .network file did not reach /run/systemd/network"
+grep -q 'appliance-init: run: 10-linemq.conf' "$work/console.log" || fail "the NTP server did not reach timesyncd's configuration"
+grep -q 'appliance-init: host name appliance-qemu-3' "$work/console.log" || fail "the host name was not set"
+if mosquitto_pub -h 127.0.0.1 -p "$mqtt" -V 5 -q 1 -i anon -t appliance/x -m hi 2>"$work/anon"; then
+	fail "an anonymous client was accepted"
+fi
+echo "  anonymous: refused ($(tr '\n' ' ' <"$work/anon" | cut -c1-80))"
+if mosquitto_pub -h 127.0.0.1 -p "$mqtts" --cafile "$pki/ca.crt" -V 5 -q 1 -i wrong -u scada -P guess -t appliance/x -m hi 2>"$work/wrong"; then
+	fail "a wrong password was accepted"
+fi
+echo "  TLS with a wrong password: refused ($(tr '\n' ' ' <"$work/wrong" | cut -c1-80))"
+mosquitto_sub -h 127.0.0.1 -p "$mqtts" --cafile "$pki/ca.crt" -V 5 -q 1 -i sec-sub -u scada -P s3cret -t appliance/secure -C 1 -W 30 >"$work/sec" &
+secsub=$!
+sleep 2
+mosquitto_pub -h 127.0.0.1 -p "$mqtts" --cafile "$pki/ca.crt" -V 5 -q 1 -i sec-pub -u scada -P s3cret -t appliance/secure -m "over TLS" ||
+	fail "the TLS client with the plant CA and its password was refused"
+wait "$secsub" || fail "TLS round trip: nothing received"
+[ "$(cat "$work/sec")" = "over TLS" ] || fail "TLS round trip: got '$(cat "$work/sec")'"
+echo "  TLS (plant CA) with user and password: round trip \"$(cat "$work/sec")\""
+kill "$qpid" 2>/dev/null || true
+wait "$qpid" 2>/dev/null || true
+qpid=
+
 echo
-echo "appliance-test: first-boot configuration (applied and rejected), /readyz, status page, MQTT round trip, status LED on the PL061, shared group, watchdog reset of a hung broker and of a failing health check passed"
+echo "appliance-test: first-boot configuration (applied and rejected), a provisioning set (passwords, ACL, TLS, static address, host name, NTP; refused whole with one bad line, applied whole and gone from the boot partition), /readyz, status page, MQTT round trip, status LED on the PL061, shared group, watchdog reset of a hung broker and of a failing health check passed"
