@@ -6,7 +6,7 @@
 # BR2_TARGET_GENERIC_REMOUNT_ROOTFS_RW unset; /var is a tmpfs filled from
 # /usr/share/factory). Two partitions are added to /etc/fstab:
 #   - the FAT boot partition, read-only at /boot (linemq-config.service
-#     remounts it read-write only to take linemq.yaml from it);
+#     remounts it read-write only to take the provisioning set from it);
 #   - the ext4 data partition at /var/lib/linemq, the only place written
 #     in normal operation.
 set -eu
@@ -26,3 +26,10 @@ add_mount() {
 add_mount / "/dev/root / auto ro 0 1"
 add_mount /boot "LABEL=LINEMQBOOT /boot vfat ro,noatime,nofail,umask=0077,x-systemd.device-timeout=10s 0 2"
 add_mount /var/lib/linemq "LABEL=linemq-data /var/lib/linemq ext4 rw,noatime,nosuid,nodev,noexec,errors=remount-ro,commit=5,x-systemd.growfs 0 2"
+
+# The empty file dropbear's unit mounts the provisioned SSH keys over
+# (git keeps no modes but the executable bit).
+if [ -d "$TARGET_DIR/root/.ssh" ]; then
+	chmod 0700 "$TARGET_DIR/root/.ssh"
+	chmod 0600 "$TARGET_DIR/root/.ssh/authorized_keys"
+fi
