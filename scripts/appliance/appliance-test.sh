@@ -20,7 +20,12 @@
 #      and low through periph.io, reading it back; then a shared
 #      subscription ($share/g/...) with two members that splits six
 #      messages between them, each delivered once;
-#   3. the watchdog path, through a test-only control in the guest (a port
+#   3. the clock (scripts/appliance/clockcheck, on the host): 100 clients
+#      stay connected while the guest's wall clock is stepped a year forward
+#      and back, session and message expiry keep to the monotonic clock,
+#      and linemq started again with the clock at 1970 on its data neither
+#      expires its sessions at once nor keeps them for ever;
+#   3b. the watchdog path, through a test-only control in the guest (a port
 #      the init listens on): it freezes linemq (SIGSTOP, a hung process),
 #      and softdog resets the guest, which -no-reboot turns into QEMU
 #      exiting;
@@ -212,6 +217,25 @@ while true; do
 		# spare line driven and read back through periph.io.
 		/usr/bin/gpiocheck -chip pl061 -watch 4 -for 3s -roundtrip 5
 		;;
+	stepfwd | stepback)
+		# A wall-clock step, as NTP's first answer makes on a board
+		# without a real-time clock: a year forward, or back.
+		d=31536000
+		[ "$cmd" = stepback ] && d=-31536000
+		date -s "@$(($(date +%s) + d))" >/dev/null
+		echo "appliance-init: clock stepped ($cmd) to $(date -u '+%Y-%m-%d %H:%M:%S')"
+		;;
+	restart1970)
+		# The next boot of a board whose clock starts at 1970: linemq
+		# stops, the clock goes back to 1970, linemq starts on the same
+		# data.
+		kill -TERM "$pid"
+		wait "$pid"
+		date -s @86400 >/dev/null
+		echo "appliance-init: clock set to $(date -u '+%Y-%m-%d %H:%M:%S'); starting linemq again"
+		/usr/bin/linemq -config /etc/linemq/linemq.yaml -data-dir /var/lib/linemq &
+		pid=$!
+		;;
 	fill)
 		dd if=/dev/zero of=/var/lib/linemq/fill bs=1M 2>/dev/null
 		echo "appliance-init: data partition full: $(df -k /var/lib/linemq | tail -1)"
@@ -320,6 +344,13 @@ if [ $((n1 + n2)) -ne 6 ] || [ "$dups" -ne 0 ]; then
 	fail "shared group: want 6 messages, each once; got $n1 + $n2, $dups duplicated"
 fi
 if [ "$n1" -eq 0 ] || [ "$n2" -eq 0 ]; then fail "shared group: one member got nothing"; fi
+
+step "clock steps: 100 clients across a year forward and back, expiry on the monotonic clock, a start at 1970"
+(cd "$repo" && go build -o "$work/clockcheck" ./scripts/appliance/clockcheck)
+"$work/clockcheck" -mqtt "127.0.0.1:$mqtt" -ctl "127.0.0.1:$ctl" -http "127.0.0.1:$http" | sed 's/^/  /'
+[ "${PIPESTATUS[0]}" = 0 ] || fail "clock steps"
+grep -E 'clock stepped|clock set to|clock is behind' "$work/console.log" | sed 's/^/  | /' | cut -c1-220
+grep -q 'the clock is behind the newest time in the store' "$work/console.log" || fail "linemq did not notice it started with its clock behind its data"
 
 step "watchdog: freeze linemq (a hung process), softdog must reset the guest"
 control freeze
