@@ -70,6 +70,7 @@ import (
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/topic"
+	"github.com/linemq/linemq/gateway/certs"
 	"github.com/linemq/linemq/gateway/health"
 )
 
@@ -179,7 +180,10 @@ func New(o Options) (*Bridge, error) {
 	}
 	b.since = b.now()
 	if t := &cfg.TLS; t.Set() || anyTLS(cfg.Addresses) {
-		c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+		// The remote's certificate is checked against the clock, floored at
+		// this program's build: a gateway whose clock is not yet set (no
+		// real-time clock, NTP not answered) is not refused its uplink.
+		c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, Time: certs.VerifyTime()}
 		if t.CAFile != "" {
 			pem, err := os.ReadFile(t.CAFile)
 			if err != nil {
@@ -196,6 +200,7 @@ func New(o Options) (*Bridge, error) {
 				return nil, fmt.Errorf("bridge %s: tls: %w", cfg.Name, err)
 			}
 			c.Certificates = []tls.Certificate{pair}
+			c.Time = certs.VerifyTime(pair.Leaf.NotBefore)
 		}
 		b.tlsCfg = c
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // Files names the files of one TLS identity. CRL is optional.
@@ -21,6 +22,7 @@ type material struct {
 	pair tls.Certificate
 	pool *x509.CertPool
 	crl  *CRL
+	now  func() time.Time // VerifyTime, floored at the certificate's NotBefore
 }
 
 // Mutual is a mutual-TLS identity read from files: this end's certificate
@@ -57,7 +59,7 @@ func (m *Mutual) Reload() error {
 	if err != nil {
 		return fmt.Errorf("ca_file: %w", err)
 	}
-	mat := &material{pair: pair, pool: Pool(cas)}
+	mat := &material{pair: pair, pool: Pool(cas), now: VerifyTime(pair.Leaf.NotBefore)}
 	if f.CRL != "" {
 		if mat.crl, err = LoadCRL(f.CRL, cas); err != nil {
 			return fmt.Errorf("crl_file: %w", err)
@@ -96,6 +98,7 @@ func (m *Mutual) ClientConfig() *tls.Config {
 		MinVersion:   tls.VersionTLS12,
 		Certificates: []tls.Certificate{mat.pair},
 		RootCAs:      mat.pool,
+		Time:         mat.now,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if r := mat.crl.RevokedChains(cs.VerifiedChains); r != nil {
 				return RevokedError(r)
@@ -113,6 +116,7 @@ func (mat *material) verify(cs tls.ConnectionState) error {
 	}
 	opts := x509.VerifyOptions{
 		Roots:         mat.pool,
+		CurrentTime:   mat.now(),
 		Intermediates: x509.NewCertPool(),
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}

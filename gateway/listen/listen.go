@@ -270,6 +270,10 @@ func (l *Listener) loadTLS() (loaded, error) {
 		MinVersion:   tls.VersionTLS12,
 		Certificates: []tls.Certificate{cert},
 		ClientAuth:   tls.NoClientCert,
+		// Client certificates are checked against the clock, floored at
+		// this certificate's issue: a board whose clock is not yet set
+		// must not refuse every client as "not yet valid".
+		Time: certs.VerifyTime(cert.Leaf.NotBefore),
 	}}
 	if c.CAFile != "" {
 		cas, err := certs.ParseCAs(c.CAFile)

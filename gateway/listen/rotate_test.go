@@ -2,6 +2,7 @@ package listen
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"path/filepath"
 	"strconv"
@@ -202,5 +203,42 @@ func TestTLSRotationWithManyClients(t *testing.T) {
 	}
 	for i, c := range good {
 		roundTrip(t, c, "still/"+strconv.Itoa(i))
+	}
+}
+
+// TestClockBehindTheCertificates: a gateway whose clock reads earlier
+// than its own certificate's issue (a board without a real-time clock,
+// before NTP answers) checks client certificates at that issue time, not
+// at its clock: a client certificate valid then is accepted rather than
+// refused as not yet valid. (Here the certificates are dated ahead of the
+// clock instead, which is the same to the check.)
+func TestClockBehindTheCertificates(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, dir, "plant-ca")
+	ahead := func(d time.Duration) func(*x509.Certificate) {
+		return func(c *x509.Certificate) { c.NotBefore = time.Now().Add(d) }
+	}
+	certFile, keyFile, _ := ca.issue(t, dir, "gateway", true, ahead(2*time.Hour))
+	_, _, issuedBefore := ca.issue(t, dir, "plc-early", false, ahead(time.Hour))
+	_, _, issuedAfter := ca.issue(t, dir, "plc-late", false, ahead(3*time.Hour))
+	l := listen(t, Config{Type: TLS, CertFile: certFile, KeyFile: keyFile, CAFile: ca.file, RequireClientCert: true}, Options{})
+	p := &pki{dir: dir, ca: ca}
+	dial := func(cert tls.Certificate) error {
+		c, err := p.dialTLS(l, &tls.Config{Certificates: []tls.Certificate{cert},
+			Time: func() time.Time { return time.Now().Add(3 * time.Hour) }}) // the client's clock is right
+		if err == nil {
+			c.Close()
+			got, aerr := l.Accept()
+			if aerr == nil {
+				got.Close()
+			}
+		}
+		return err
+	}
+	if err := dial(issuedBefore); err != nil {
+		t.Errorf("a client certificate issued before the gateway's own: %v", err)
+	}
+	if err := dial(issuedAfter); err == nil {
+		t.Error("a client certificate issued after every time the gateway knows has passed was accepted")
 	}
 }
