@@ -56,7 +56,17 @@ type client struct {
 	why  atomic.Value
 }
 
+// dial connects id with a new session (Clean Start 1) of expiry seconds.
 func dial(id string, expiry uint32, keepAlive uint16) (*client, *paho.Connack, error) {
+	return connect(id, expiry, keepAlive, true)
+}
+
+// dialResume connects id again with its session (Clean Start 0).
+func dialResume(id string) (*client, *paho.Connack, error) {
+	return connect(id, 600, 30, false)
+}
+
+func connect(id string, expiry uint32, keepAlive uint16, clean bool) (*client, *paho.Connack, error) {
 	nc, err := net.DialTimeout("tcp", *mqttAddr, 10*time.Second)
 	if err != nil {
 		return nil, nil, err
@@ -76,7 +86,7 @@ func dial(id string, expiry uint32, keepAlive uint16) (*client, *paho.Connack, e
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ca, err := c.Connect(ctx, &paho.Connect{ClientID: id, KeepAlive: keepAlive, CleanStart: true,
+	ca, err := c.Connect(ctx, &paho.Connect{ClientID: id, KeepAlive: keepAlive, CleanStart: clean,
 		Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}})
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: connect: %w", id, err)
@@ -310,31 +320,6 @@ func run() error {
 	}
 	fmt.Printf("clockcheck: started at 1970 on the stored sessions: none expired at once; clk-1970's 30 s session ended %v after the start\n", gone.Sub(restarted).Round(100*time.Millisecond))
 	return nil
-}
-
-// dialResume connects id again with its session (Clean Start 0).
-func dialResume(id string) (*client, *paho.Connack, error) {
-	nc, err := net.DialTimeout("tcp", *mqttAddr, 10*time.Second)
-	if err != nil {
-		return nil, nil, err
-	}
-	c := &client{id: id, got: make(chan *paho.Publish, 64)}
-	c.Client = paho.NewClient(paho.ClientConfig{
-		Conn: nc,
-		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(r paho.PublishReceived) (bool, error) {
-			c.got <- r.Packet
-			return true, nil
-		}},
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	expiry := uint32(600)
-	ca, err := c.Connect(ctx, &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: false,
-		Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}})
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: connect: %w", id, err)
-	}
-	return c, ca, nil
 }
 
 // ready waits for the guest's /readyz after a restart and returns when it
