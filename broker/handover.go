@@ -481,8 +481,7 @@ func (srv *Server) letGo(sess *session, to string) map[string]*subscription {
 	stopTimer(&sess.expiryTimer)
 	stopTimer(&sess.willTimer)
 	sess.pendingWill = nil
-	subs := sess.subs
-	sess.subs = make(map[string]*subscription)
+	subs := sess.takeSubsLocked()
 	sess.mu.Unlock()
 	if c != nil {
 		c.wmu.Lock()

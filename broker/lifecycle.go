@@ -253,8 +253,7 @@ func (srv *Server) endSession(sess *session) {
 	stopTimer(&sess.willTimer)
 	w := sess.pendingWill
 	sess.pendingWill = nil
-	subs := sess.subs
-	sess.subs = make(map[string]*subscription)
+	subs := sess.takeSubsLocked()
 	sess.mu.Unlock()
 
 	var left []delivery

@@ -155,6 +155,16 @@ type Options struct {
 	// already has may be subscribed again. Default 1000; negative for none.
 	MaxSubscriptionsPerClient int
 
+	// MaxSubscriptionBytesPerClient bounds the memory one session's
+	// subscriptions take, as estimated for each filter from its length and
+	// its levels (a node of the subscription tree each, as if shared with
+	// no other filter): MaxSubscriptionsPerClient alone lets a client
+	// whose thousand filters are 128 levels deep take 40 MB. A new filter
+	// that would take the session past it is refused in the SUBACK with
+	// 0x97 Quota exceeded (3.1.1: 0x80). Default
+	// DefaultMaxSubscriptionBytesPerClient; negative for none.
+	MaxSubscriptionBytesPerClient int
+
 	// MaxRetainedMessages and MaxRetainedBytes bound the retained messages
 	// the broker keeps (bytes: topic, payload and properties). A retained
 	// PUBLISH that would go over either is still routed to the current
@@ -265,9 +275,16 @@ const (
 
 	DefaultMaxConnections            = 2048
 	DefaultMaxSubscriptionsPerClient = 1000
-	DefaultMaxRetainedMessages       = 100_000
-	DefaultMaxRetainedBytes          = 64 << 20
-	DefaultMaxSessions               = 10_000
+	// DefaultMaxSubscriptionBytesPerClient keeps one client's
+	// subscriptions within 4 MB of heap however it shapes its filters
+	// (TestSubscriptionMemoryBound measures it): about 70 filters of the
+	// deepest (128 levels), 280 of the longest (4 KB), 900 of ten levels
+	// that share no level with another. Filters that share their first
+	// levels cost less than that estimate, which counts each one alone.
+	DefaultMaxSubscriptionBytesPerClient = 3584 << 10 // 3.5 MiB
+	DefaultMaxRetainedMessages           = 100_000
+	DefaultMaxRetainedBytes              = 64 << 20
+	DefaultMaxSessions                   = 10_000
 )
 
 // Validate reports every option that is out of range, joined into one
@@ -374,6 +391,7 @@ func (o Options) withDefaults() Options {
 	o.MaxPendingBytesTotal = limitOrDefault(o.MaxPendingBytesTotal, DefaultMaxPendingTotal)
 	o.MaxConnections = limitOrDefault(o.MaxConnections, DefaultMaxConnections)
 	o.MaxSubscriptionsPerClient = limitOrDefault(o.MaxSubscriptionsPerClient, DefaultMaxSubscriptionsPerClient)
+	o.MaxSubscriptionBytesPerClient = limitOrDefault(o.MaxSubscriptionBytesPerClient, DefaultMaxSubscriptionBytesPerClient)
 	o.MaxRetainedMessages = limitOrDefault(o.MaxRetainedMessages, DefaultMaxRetainedMessages)
 	o.MaxRetainedBytes = limitOrDefault(o.MaxRetainedBytes, DefaultMaxRetainedBytes)
 	o.MaxSessions = limitOrDefault(o.MaxSessions, DefaultMaxSessions)

@@ -322,7 +322,7 @@ func (srv *Server) restoreSubscription(s *session, sr SubscriptionRecord) {
 	} else {
 		srv.subs.Add(tf, sub)
 	}
-	s.subs[sr.Filter] = sub
+	s.setSubLocked(sub)
 	if cl := srv.opts.Cluster; cl != nil {
 		cl.Subscribed(s.id, sr.Filter, sr.QoS)
 	}

@@ -34,6 +34,10 @@ type session struct {
 	unclaimed bool
 
 	subs map[string]*subscription // by filter as subscribed
+	// subBytes is what subs take by subscriptionCost, for
+	// Options.MaxSubscriptionBytesPerClient; kept with subs (setSubLocked,
+	// dropSubLocked, takeSubsLocked).
+	subBytes int
 
 	seq     uint64 // last delivery sequence number
 	adopted uint64 // seq of the last message of a state handed over (Adopt): later ones were delivered here
@@ -668,4 +672,31 @@ func (s *session) takeUndelivered(g *shareGroup) []delivery {
 	// Their stored records stay until another member has each (settle).
 	s.releaseWaitersLocked(false)
 	return out
+}
+
+// setSubLocked makes sub the session's subscription to its filter.
+// s.mu is held.
+func (s *session) setSubLocked(sub *subscription) {
+	if _, had := s.subs[sub.filter]; !had {
+		s.subBytes += subscriptionCost(sub.filter)
+	}
+	s.subs[sub.filter] = sub
+}
+
+// dropSubLocked removes the session's subscription to filter. s.mu is
+// held.
+func (s *session) dropSubLocked(filter string) {
+	if _, had := s.subs[filter]; had {
+		s.subBytes -= subscriptionCost(filter)
+		delete(s.subs, filter)
+	}
+}
+
+// takeSubsLocked empties the session's subscriptions and returns them.
+// s.mu is held.
+func (s *session) takeSubsLocked() map[string]*subscription {
+	subs := s.subs
+	s.subs = make(map[string]*subscription)
+	s.subBytes = 0
+	return subs
 }

@@ -216,7 +216,7 @@ func (c *conn) handleUnsubscribe(body []byte) error {
 		s.mu.Lock()
 		sub := s.subs[string(f)]
 		if sub != nil {
-			delete(s.subs, sub.filter)
+			s.dropSubLocked(sub.filter)
 			if s.deleteSubLocked(sub.filter) {
 				c.needSync = true
 			}
@@ -245,7 +245,7 @@ func (srv *Server) unsubscribe(sub *subscription) {
 	s.mu.Lock()
 	mine := s.subs[sub.filter] == sub
 	if mine {
-		delete(s.subs, sub.filter)
+		s.dropSubLocked(sub.filter)
 		s.deleteSubLocked(sub.filter)
 	}
 	s.mu.Unlock()
@@ -294,7 +294,7 @@ func (srv *Server) subscribe(sub *subscription, shared bool, arrived int64) (exi
 	old := s.subs[sub.filter]
 	ended := s.ended
 	if !ended {
-		s.subs[sub.filter] = sub
+		s.setSubLocked(sub)
 	}
 	if !ended && !shared {
 		// The index lock is taken under the session's: matching never

@@ -227,6 +227,12 @@ type MQTT struct {
 	// Unlimited for none.
 	MaxSubscriptionsPerClient Limit `yaml:"max_subscriptions_per_client"`
 
+	// MaxSubscriptionBytes bounds the memory one session's subscriptions
+	// take, estimated from each filter's length and levels; a filter that
+	// would go past it is refused in the SUBACK with 0x97 (3.1.1: 0x80).
+	// Default 3.5 MiB (3584KiB); Unlimited for none.
+	MaxSubscriptionBytes Size `yaml:"max_subscription_bytes"`
+
 	// MaxRetainedMessages and MaxRetainedBytes bound the retained messages
 	// kept; one more is routed but not retained (v5 PUBACK 0x97). Defaults
 	// 100,000 and 64 MiB; Unlimited for none.
@@ -554,6 +560,7 @@ func Default() *Config {
 			MaxConnections:            broker.DefaultMaxConnections,
 			MaxPublishRate:            Unlimited,
 			MaxSubscriptionsPerClient: broker.DefaultMaxSubscriptionsPerClient,
+			MaxSubscriptionBytes:      broker.DefaultMaxSubscriptionBytesPerClient,
 			MaxRetainedMessages:       broker.DefaultMaxRetainedMessages,
 			MaxRetainedBytes:          broker.DefaultMaxRetainedBytes,
 			MaxSessions:               broker.DefaultMaxSessions,
@@ -646,37 +653,38 @@ func (c *Config) BrokerOptions() broker.Options {
 	e := c.WithDefaults()
 	m := &e.MQTT
 	o := broker.Options{
-		MaxPacketSize:             int(m.MaxPacketSize),
-		ReceiveMaximum:            uint16(m.ReceiveMaximum),
-		TopicAliasMaximum:         int(*m.TopicAliasMaximum),
-		MaxKeepAlive:              uncapped(m.MaxKeepAlive),
-		MaxSessionExpiry:          uncapped(m.MaxSessionExpiry),
-		MaxQueuedMessages:         int(m.MaxQueuedMessages),
-		MaxQueuedTotal:            int(m.MaxQueuedTotal),
-		QueueQoS0:                 m.QueueQoS0Messages,
-		MaxPendingBytes:           int(m.MaxPendingBytes),
-		MaxPendingBytesTotal:      int(m.MaxPendingBytesTotal),
-		MaxClientIDLength:         int(m.MaxClientIDLength),
-		MaxTopicLevels:            int(m.MaxTopicLevels),
-		MaxTopicLength:            int(m.MaxTopicLength),
-		PartialPacketTimeout:      time.Duration(m.PartialPacketTimeout),
-		ConnectTimeout:            time.Duration(m.ConnectTimeout),
-		MaxConnectSize:            int(m.MaxConnectSize),
-		MaxConnectingBytes:        int64(m.MaxConnectingBytes),
-		WriteTimeout:              time.Duration(m.WriteTimeout),
-		MaxConnections:            int(m.MaxConnections),
-		MaxPublishRate:            int(max(m.MaxPublishRate, 0)), // broker: 0 is no limit
-		PublishBurst:              int(m.PublishBurst),
-		MaxSubscriptionsPerClient: int(m.MaxSubscriptionsPerClient),
-		MaxRetainedMessages:       int(m.MaxRetainedMessages),
-		MaxRetainedBytes:          int(m.MaxRetainedBytes),
-		MaxSessions:               int(m.MaxSessions),
-		DisableRetain:             !*m.RetainAvailable,
-		DisableWildcardSubs:       !*m.WildcardSubscriptions,
-		DisableSubIDs:             !*m.SubscriptionIdentifiers,
-		DisableSharedSubs:         !*m.SharedSubscriptions,
-		Overload:                  string(m.Overload),
-		DeniedSubscriptionReason:  m.DeniedSubscriptionReason.code(),
+		MaxPacketSize:                 int(m.MaxPacketSize),
+		ReceiveMaximum:                uint16(m.ReceiveMaximum),
+		TopicAliasMaximum:             int(*m.TopicAliasMaximum),
+		MaxKeepAlive:                  uncapped(m.MaxKeepAlive),
+		MaxSessionExpiry:              uncapped(m.MaxSessionExpiry),
+		MaxQueuedMessages:             int(m.MaxQueuedMessages),
+		MaxQueuedTotal:                int(m.MaxQueuedTotal),
+		QueueQoS0:                     m.QueueQoS0Messages,
+		MaxPendingBytes:               int(m.MaxPendingBytes),
+		MaxPendingBytesTotal:          int(m.MaxPendingBytesTotal),
+		MaxClientIDLength:             int(m.MaxClientIDLength),
+		MaxTopicLevels:                int(m.MaxTopicLevels),
+		MaxTopicLength:                int(m.MaxTopicLength),
+		PartialPacketTimeout:          time.Duration(m.PartialPacketTimeout),
+		ConnectTimeout:                time.Duration(m.ConnectTimeout),
+		MaxConnectSize:                int(m.MaxConnectSize),
+		MaxConnectingBytes:            int64(m.MaxConnectingBytes),
+		WriteTimeout:                  time.Duration(m.WriteTimeout),
+		MaxConnections:                int(m.MaxConnections),
+		MaxPublishRate:                int(max(m.MaxPublishRate, 0)), // broker: 0 is no limit
+		PublishBurst:                  int(m.PublishBurst),
+		MaxSubscriptionsPerClient:     int(m.MaxSubscriptionsPerClient),
+		MaxSubscriptionBytesPerClient: int(m.MaxSubscriptionBytes),
+		MaxRetainedMessages:           int(m.MaxRetainedMessages),
+		MaxRetainedBytes:              int(m.MaxRetainedBytes),
+		MaxSessions:                   int(m.MaxSessions),
+		DisableRetain:                 !*m.RetainAvailable,
+		DisableWildcardSubs:           !*m.WildcardSubscriptions,
+		DisableSubIDs:                 !*m.SubscriptionIdentifiers,
+		DisableSharedSubs:             !*m.SharedSubscriptions,
+		Overload:                      string(m.Overload),
+		DeniedSubscriptionReason:      m.DeniedSubscriptionReason.code(),
 		Shares: broker.ShareOptions{
 			Strategy: string(e.SharedSubscriptions.Strategy),
 			Overload: string(e.SharedSubscriptions.Overload),

@@ -81,6 +81,7 @@ func (c *Config) Validate() error {
 	limit(&v, "mqtt.max_publish_rate", m.MaxPublishRate, dm.MaxPublishRate, bounds[Limit]{1, 0, true})
 	v.burst(m.PublishBurst, e.MQTT.MaxPublishRate)
 	limit(&v, "mqtt.max_subscriptions_per_client", m.MaxSubscriptionsPerClient, dm.MaxSubscriptionsPerClient, bounds[Limit]{1, 0, true})
+	limit(&v, "mqtt.max_subscription_bytes", m.MaxSubscriptionBytes, dm.MaxSubscriptionBytes, bounds[Size]{4096, 0, true})
 	limit(&v, "mqtt.max_retained_messages", m.MaxRetainedMessages, dm.MaxRetainedMessages, bounds[Limit]{1, 0, true})
 	limit(&v, "mqtt.max_retained_bytes", m.MaxRetainedBytes, dm.MaxRetainedBytes, bounds[Size]{1, 0, true})
 	limit(&v, "mqtt.max_sessions", m.MaxSessions, dm.MaxSessions, bounds[Limit]{1, 0, true})
