@@ -443,9 +443,10 @@ func TestFanOutRestoredShared(t *testing.T) {
 // item 10): 5,000 SUBSCRIBEs on one session cost about the same bytes each.
 func TestManySubscriptionsWriteWhatChanged(t *testing.T) {
 	const subs = 5000
-	// Above the default MaxSubscriptionsPerClient (1000): this is about
-	// what each SUBSCRIBE writes, not the limit.
-	n := newNode(t, broker.Options{MaxSubscriptionsPerClient: subs}, bolt.Options{Sync: bolt.SyncBatch})
+	// Above the default MaxSubscriptionsPerClient (1000) and
+	// MaxSubscriptionBytesPerClient (2,172 such filters): this is about
+	// what each SUBSCRIBE writes, not the limits.
+	n := newNode(t, broker.Options{MaxSubscriptionsPerClient: subs, MaxSubscriptionBytesPerClient: -1}, bolt.Options{Sync: bolt.SyncBatch})
 	c, _ := brokertest.Connect(t, n.Addr, v5("many", true, 3600))
 	var buf []byte
 	written := func() uint64 { return n.store.Stats().BytesWritten }
