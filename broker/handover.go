@@ -265,8 +265,9 @@ func (d *delivery) record(m *Message) *MessageRecord {
 
 // takenSinceAdoption returns, for a session adopted here whose claim was
 // not confirmed (unclaimed), the messages it took after its adoption, in
-// order: they exist nowhere else. Unclaimed, it was never connected, so
-// they are all queued, none in flight.
+// order: they exist nowhere else. Those in flight are read too: a session
+// that is unclaimed has no connection, but what an earlier connection of
+// it had in flight may still be there.
 func (s *session) takenSinceAdoption() []*MessageRecord {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -279,6 +280,12 @@ func (s *session) takenSinceAdoption() []*MessageRecord {
 			out = append(out, d.record(d.msg))
 		}
 	}
+	for _, d := range s.inflight {
+		if d.seq > s.adopted {
+			out = append(out, d.record(d.msg))
+		}
+	}
+	slices.SortFunc(out, func(a, b *MessageRecord) int { return cmp.Compare(a.Seq, b.Seq) })
 	return out
 }
 

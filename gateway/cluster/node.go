@@ -463,7 +463,6 @@ func (n *Node) settleUnconfirmed(ev registry.Event) (mine, gone bool) {
 		return true, false
 	default:
 		delete(n.unconfirmed, ev.Client)
-		delete(n.claimed, ev.Client) // an earlier claim of this node's, if any, is behind it
 		return false, true
 	}
 }
@@ -766,8 +765,11 @@ func (n *Node) HandleEvent(ev registry.Event) {
 			// Resumed elsewhere (or where it was handed over from): the
 			// copy goes, and what it took since its adoption goes on to
 			// the owner (share-group messages to the other members).
-			// Evict then settles the rest this node keeps of the client
-			// (a redirect, a hand-over's records), as for any loss.
+			// lost() forgets this node's claim as for any loss (only if
+			// the event is behind it), and Evict then settles the rest
+			// this node keeps of the client (a redirect, a hand-over's
+			// records).
+			n.lost(ev)
 			n.log.Info("letting go of a session kept unconfirmed: its client resumed on another node", "client", ev.Client, "owner", ev.Owner.Node)
 			n.srv.Drop(ev.Client, ev.Owner.Node)
 			n.srv.Evict(ev.Client)
