@@ -19,6 +19,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -144,6 +145,29 @@ func session(id string) (bool, error) {
 	return false, fmt.Errorf("/api/v1/clients/%s: %s", id, r.Status)
 }
 
+// waitOffline waits until the broker has taken id's DISCONNECT: a message
+// published before that could still go out on the connection, and a
+// message sent once is delivered whatever its expiry [MQTT-3.3.2-5].
+func waitOffline(id string) error {
+	hc := http.Client{Timeout: 5 * time.Second}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		r, err := hc.Get("http://" + *httpAddr + "/api/v1/clients/" + id)
+		if err == nil {
+			var c struct {
+				Connected bool `json:"connected"`
+			}
+			derr := json.NewDecoder(r.Body).Decode(&c)
+			r.Body.Close()
+			if r.StatusCode == http.StatusOK && derr == nil && !c.Connected {
+				return nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%s still connected 20 s after its DISCONNECT", id)
+}
+
 // waitGone waits until id's session is gone, for at most within, and
 // returns when.
 func waitGone(id string, within time.Duration) (time.Time, error) {
@@ -189,6 +213,9 @@ func run() error {
 	}
 	ex.Disconnect(&paho.Disconnect{})
 	expireGone := time.Now()
+	if err := waitOffline("clk-expire"); err != nil {
+		return err
+	}
 	q, _, err := dial("clk-queue", 600, 30)
 	if err != nil {
 		return err
@@ -197,6 +224,9 @@ func run() error {
 		return err
 	}
 	q.Disconnect(&paho.Disconnect{})
+	if err := waitOffline("clk-queue"); err != nil {
+		return err
+	}
 	pub := conns[1]
 	if err := pub.pub("clock/q", "short", 8); err != nil {
 		return err
@@ -295,6 +325,9 @@ func run() error {
 		return err
 	}
 	short.Disconnect(&paho.Disconnect{})
+	if err := waitOffline("clk-1970"); err != nil {
+		return err
+	}
 	for _, c := range conns {
 		c.Disconnect(&paho.Disconnect{}) // their sessions stay (half of them)
 	}
