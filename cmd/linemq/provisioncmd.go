@@ -68,9 +68,6 @@ Exit status 0: applied (or nothing to apply, or check found no problem);
 	}
 	st, err := provision.Apply(boot, *conf, provision.Options{Trial: trial})
 	switch {
-	case err != nil && st != nil && !st.Applied:
-		fmt.Fprintf(stderr, "linemq provision: %v\n", err)
-		return 1
 	case err != nil:
 		fmt.Fprintf(stderr, "linemq provision: %v\n", err)
 		return 1
@@ -83,32 +80,25 @@ Exit status 0: applied (or nothing to apply, or check found no problem);
 }
 
 // provisionCheck checks without applying: the set is staged in a
-// temporary directory and left there for nobody.
+// temporary directory, removed after.
 func provisionCheck(boot, conf string, trial func(string) error, stdout, stderr io.Writer) int {
-	set, problems, err := provision.Read(boot)
-	if err != nil {
-		fmt.Fprintf(stderr, "linemq provision: %v\n", err)
-		return 1
-	}
-	if len(set.Files) == 0 && len(problems) == 0 {
-		fmt.Fprintf(stdout, "linemq provision: no provisioning set in %s\n", boot)
-		return 0
-	}
 	stage, err := os.MkdirTemp("", "linemq-provision-")
 	if err != nil {
 		fmt.Fprintf(stderr, "linemq provision: %v\n", err)
 		return 1
 	}
 	defer os.RemoveAll(stage)
-	problems = append(problems, provision.Check(set, conf, stage)...)
-	if len(problems) == 0 && trial != nil {
-		if err := trial(stage); err != nil {
-			problems = append(problems, provision.Problem{Msg: "a gateway could not start with it: " + err.Error()})
-		}
-	}
-	if len(problems) > 0 {
+	set, problems, err := provision.Verify(boot, conf, stage, trial)
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "linemq provision: %v\n", err)
+		return 1
+	case len(problems) > 0:
 		fmt.Fprintf(stderr, "linemq provision: %v\n", &provision.Error{Problems: problems})
 		return 1
+	case len(set.Files) == 0:
+		fmt.Fprintf(stdout, "linemq provision: no provisioning set in %s\n", boot)
+		return 0
 	}
 	fmt.Fprintf(stdout, "linemq provision: the set in %s holds (%d files)\n", boot, len(set.Files))
 	return 0

@@ -160,7 +160,7 @@ func TestMutualRotation(t *testing.T) {
 	// to their bundles; gw2 first, then gw1.
 	ca2 := certtest.NewCA(t, "line-ca-2")
 	bundle := filepath.Join(t.TempDir(), "bundle.pem")
-	concat(t, bundle, ca1.File, ca2.File)
+	certtest.Concat(t, bundle, ca1.File, ca2.File)
 	c2, k2 := ca2.Files(t, "gw1")
 	copyFile(t, c2, af.Cert)
 	copyFile(t, k2, af.Key)
@@ -216,21 +216,6 @@ func copyFile(t *testing.T, src, dst string) {
 	b, err := os.ReadFile(src)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if err := os.WriteFile(dst, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func concat(t *testing.T, dst string, srcs ...string) {
-	t.Helper()
-	var b []byte
-	for _, s := range srcs {
-		more, err := os.ReadFile(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b = append(b, more...)
 	}
 	if err := os.WriteFile(dst, b, 0o600); err != nil {
 		t.Fatal(err)

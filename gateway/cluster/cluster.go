@@ -303,8 +303,8 @@ func (c *Cluster) Bind(srv broker.ClusterInbound) error {
 	c.log.Info("waiting for the cluster registry", "node", c.opts.Node, "cluster", cmp.Or(c.opts.Name, registry.DefaultCluster), "transport", c.ln.Addr().String())
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
-	for key, m := range c.identities() {
-		w := certs.NewWatcher(m.Files().List(), 0, func() { c.reloadTLS(key, m) })
+	if m := c.opts.MeshTLS; m != nil {
+		w := certs.NewWatcher(m.Files().List(), 0, func() { c.ReloadTLS() })
 		c.wg.Go(func() { w.Run(ctx) })
 	}
 	c.wg.Go(func() {
@@ -351,30 +351,15 @@ func (m meshIdentity) ClientConfig() *tls.Config {
 // Streams already open stay; new ones use the new material. On an error
 // the material in force stays, and the error is logged and returned.
 func (c *Cluster) ReloadTLS() error {
-	var errs []error
-	for key, m := range c.identities() {
-		errs = append(errs, c.reloadTLS(key, m))
+	m := c.opts.MeshTLS
+	if m == nil {
+		return nil // the embedded etcd member reads its files at each handshake itself
 	}
-	return errors.Join(errs...)
-}
-
-// identities are the TLS identities the cluster reloads: the mesh's (the
-// embedded etcd member and this gateway's client of it read their files
-// at each handshake by themselves).
-func (c *Cluster) identities() map[string]*certs.Mutual {
-	ids := map[string]*certs.Mutual{}
-	if c.opts.MeshTLS != nil {
-		ids["cluster.tls"] = c.opts.MeshTLS
-	}
-	return ids
-}
-
-func (c *Cluster) reloadTLS(key string, m *certs.Mutual) error {
 	if err := m.Reload(); err != nil {
-		c.log.Error("reloading certificates failed; the previous ones stay in force", "key", key, "err", err)
-		return fmt.Errorf("%s: %w", key, err)
+		c.log.Error("cluster.tls: reloading certificates failed; the previous ones stay in force", "err", err)
+		return fmt.Errorf("cluster.tls: %w", err)
 	}
-	c.log.Info("certificates reloaded", "key", key, "cert_file", m.Files().Cert)
+	c.log.Info("cluster.tls: certificates reloaded", "cert_file", m.Files().Cert)
 	return nil
 }
 

@@ -62,7 +62,8 @@ type EtcdTLS struct {
 	CRLFile string `yaml:"crl_file"`
 }
 
-// Files returns the section's files, for certs.LoadMutual (embed: true).
+// Files returns the section's files, for the embedded member (embed: true),
+// which reads them itself (etcd's TLSInfo).
 func (t *EtcdTLS) Files() certs.Files {
 	return certs.Files{Cert: t.CertFile, Key: t.KeyFile, CA: t.CAFile, CRL: t.CRLFile}
 }
@@ -86,11 +87,11 @@ func (t *EtcdTLS) Load() (*tls.Config, error) {
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if t.CAFile != "" {
-		pool, err := loadCAFile(t.CAFile)
+		cas, err := certs.ParseCAs(t.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("cluster.etcd.tls.ca_file: %w", err)
 		}
-		c.RootCAs = pool
+		c.RootCAs = certs.Pool(cas)
 	}
 	if t.CertFile != "" {
 		pair, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
@@ -100,19 +101,6 @@ func (t *EtcdTLS) Load() (*tls.Config, error) {
 		c.Certificates = []tls.Certificate{pair}
 	}
 	return c, nil
-}
-
-// loadCAFile reads a PEM file of one or more CA certificates.
-func loadCAFile(file string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", file)
-	}
-	return pool, nil
 }
 
 // clusterTLS checks cluster.tls and cluster.etcd.tls: the files load, the

@@ -166,19 +166,3 @@ func replaceFile(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 }
-
-// writeFileOf writes the concatenation of srcs to dst.
-func writeFileOf(t *testing.T, dst string, srcs ...string) {
-	t.Helper()
-	var b []byte
-	for _, s := range srcs {
-		more, err := os.ReadFile(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b = append(b, more...)
-	}
-	if err := os.WriteFile(dst, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/gateway/auth"
+	"github.com/linemq/linemq/internal/certtest"
 	"github.com/linemq/linemq/internal/mqtttest"
 )
 
@@ -80,7 +81,7 @@ func TestTLSFilesWatched(t *testing.T) {
 		t.Fatalf("before the CA is added, plc-line-2 is %q", id)
 	}
 	bundle := filepath.Join(t.TempDir(), "bundle.pem")
-	writeFileOf(t, bundle, p.ca.file, newCA.file)
+	certtest.Concat(t, bundle, p.ca.file, newCA.file)
 	replaceFile(t, bundle, caFile)
 	took = waitFor(t, "the new authority's clients verified", 5*time.Second, func() bool { return identityOf(t, p, bare, line2) == "plc-line-2" })
 	t.Logf("new CA in force %v after the file was written", took.Round(time.Millisecond))
@@ -190,7 +191,7 @@ func TestTLSRotationWithManyClients(t *testing.T) {
 	replaceFile(t, cert, p.certFile)
 	other := newCA(t, t.TempDir(), "line-2-ca")
 	bundle := filepath.Join(t.TempDir(), "bundle.pem")
-	writeFileOf(t, bundle, p.ca.file, other.file)
+	certtest.Concat(t, bundle, p.ca.file, other.file)
 	replaceFile(t, bundle, caFile)
 	p.ca.writeCRL(t, crl, doomed)
 

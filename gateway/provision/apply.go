@@ -75,17 +75,6 @@ func Apply(boot, conf string, o Options) (*Status, error) {
 	if err := recoverSwap(conf); err != nil {
 		return nil, err
 	}
-	set, problems, err := Read(boot)
-	if err != nil {
-		return nil, err
-	}
-	if len(set.Files) == 0 && len(problems) == 0 {
-		return nil, nil
-	}
-	st := &Status{At: o.Now().UTC()}
-	for _, f := range set.Files {
-		st.Files = append(st.Files, f.Name)
-	}
 	stage := conf + ".new"
 	if err := os.RemoveAll(stage); err != nil {
 		return nil, err
@@ -93,11 +82,14 @@ func Apply(boot, conf string, o Options) (*Status, error) {
 	if err := os.MkdirAll(stage, 0o750); err != nil {
 		return nil, err
 	}
-	problems = append(problems, Check(set, conf, stage)...)
-	if len(problems) == 0 && o.Trial != nil {
-		if err := o.Trial(stage); err != nil {
-			problems = append(problems, Problem{Msg: "a gateway could not start with it: " + err.Error()})
-		}
+	set, problems, err := Verify(boot, conf, stage, o.Trial)
+	if err != nil || (len(set.Files) == 0 && len(problems) == 0) {
+		os.RemoveAll(stage)
+		return nil, err
+	}
+	st := &Status{At: o.Now().UTC()}
+	for _, f := range set.Files {
+		st.Files = append(st.Files, f.Name)
 	}
 	if len(problems) > 0 {
 		os.RemoveAll(stage)
@@ -152,6 +144,24 @@ func Apply(boot, conf string, o Options) (*Status, error) {
 		return st, fmt.Errorf("provisioning set applied, but not all of it left the boot partition: %w", err)
 	}
 	return st, nil
+}
+
+// Verify reads the set in boot and checks it against the configuration
+// directory conf, staging it in stage (an empty directory); trial, when
+// set, is asked last, if the rest holds. A boot partition without a set
+// gives an empty Set and no problem. Apply is Verify, then the swap.
+func Verify(boot, conf, stage string, trial func(stage string) error) (*Set, []Problem, error) {
+	set, problems, err := Read(boot)
+	if err != nil || (len(set.Files) == 0 && len(problems) == 0) {
+		return set, problems, err
+	}
+	problems = append(problems, Check(set, conf, stage)...)
+	if len(problems) == 0 && trial != nil {
+		if err := trial(stage); err != nil {
+			problems = append(problems, Problem{Msg: "a gateway could not start with it: " + err.Error()})
+		}
+	}
+	return set, problems, nil
 }
 
 // writeStatus records st in conf (a refusal: conf is otherwise

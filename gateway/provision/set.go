@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/linemq/linemq/gateway/auth"
@@ -194,43 +193,55 @@ func Check(s *Set, conf, stage string) []Problem {
 	// Messages name files in the stage; say them as the user knows them:
 	// the set's name for a file of the set, the path linemq sees for one
 	// in force.
-	plain := func(msg string) string {
-		for _, f := range s.Files {
-			whole := regexp.MustCompile(regexp.QuoteMeta(filepath.Join(stage, f.Dest)) + `($|[^\w./-])`)
-			msg = whole.ReplaceAllString(msg, f.Name+"$1")
-		}
-		return strings.ReplaceAll(msg, stage+"/", EtcPrefix)
+	type rename struct {
+		path *regexp.Regexp
+		name string
 	}
-	has := func(dest string) bool { _, err := os.Stat(filepath.Join(stage, dest)); return err == nil }
-
-	// The linemq files, each on its own...
-	if has("passwd") || has("acl") {
-		ac := auth.Config{}
-		if has("passwd") {
-			ac.PasswordFile = filepath.Join(stage, "passwd")
-		}
-		if has("acl") {
-			ac.ACLFile = filepath.Join(stage, "acl")
-		}
-		if _, err := auth.New(ac, auth.Options{}); err != nil {
-			for _, e := range unjoin(err) {
-				problems = append(problems, Problem{Msg: plain(e.Error())})
+	renames := make([]rename, len(s.Files))
+	for i, f := range s.Files {
+		renames[i] = rename{regexp.MustCompile(regexp.QuoteMeta(filepath.Join(stage, f.Dest)) + `($|[^\w./-])`), f.Name + "$1"}
+	}
+	plain := func(err error) []Problem {
+		var ps []Problem
+		for _, e := range unjoin(err) {
+			msg := e.Error()
+			for _, r := range renames {
+				msg = r.path.ReplaceAllString(msg, r.name)
 			}
+			ps = append(ps, Problem{Msg: strings.ReplaceAll(msg, stage+"/", EtcPrefix)})
+		}
+		return ps
+	}
+	at := func(dest string) string { return filepath.Join(stage, dest) }
+	has := func(dest string) bool { _, err := os.Stat(at(dest)); return err == nil }
+
+	// The configuration, with the files it names (its validation reads
+	// the password and ACL files, the certificates and lists it uses)...
+	named := map[string]bool{}
+	if b, err := os.ReadFile(at(ConfigFile)); err == nil {
+		text := strings.ReplaceAll(string(b), EtcPrefix, stage+"/")
+		cfg, err := config.Parse([]byte(text), nameOf(ConfigFile))
+		if err == nil {
+			named[cfg.Auth.PasswordFile], named[cfg.Auth.ACLFile] = true, true
+			err = cfg.Validate()
+		}
+		problems = append(problems, plain(err)...)
+	}
+	// ... and the files of the set on their own, where it names them not.
+	ac := auth.Config{}
+	if has("passwd") && !named[at("passwd")] {
+		ac.PasswordFile = at("passwd")
+	}
+	if has("acl") && !named[at("acl")] {
+		ac.ACLFile = at("acl")
+	}
+	if ac != (auth.Config{}) {
+		if _, err := auth.New(ac, auth.Options{}); err != nil {
+			problems = append(problems, plain(err)...)
 		}
 	}
 	for _, dir := range []string{"tls", "cluster"} {
 		problems = append(problems, checkPKI(stage, dir, nameOf)...)
-	}
-	// ... and the configuration that names them.
-	if b, err := os.ReadFile(filepath.Join(stage, ConfigFile)); err == nil {
-		text := strings.ReplaceAll(string(b), EtcPrefix, stage+"/")
-		cfg, err := config.Parse([]byte(text), nameOf(ConfigFile))
-		if err == nil {
-			err = cfg.Validate()
-		}
-		for _, e := range unjoin(err) {
-			problems = append(problems, Problem{Msg: plain(e.Error())})
-		}
 	}
 	for _, f := range s.Files {
 		if !strings.HasPrefix(f.Dest, SystemDir+"/") {
@@ -241,16 +252,7 @@ func Check(s *Set, conf, stage string) []Problem {
 			problems = append(problems, p)
 		}
 	}
-	// A file the configuration names is checked twice, on its own and as
-	// the configuration's: keep the second, which names the key too.
-	return slices.DeleteFunc(problems, func(p Problem) bool {
-		for _, q := range problems {
-			if q != p && strings.Contains(q.String(), p.String()) {
-				return true
-			}
-		}
-		return false
-	})
+	return problems
 }
 
 // checkPKI checks the certificates of dir (tls or cluster) in the stage:

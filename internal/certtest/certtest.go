@@ -157,6 +157,23 @@ func (ca *CA) WriteCRL(t testing.TB, file string, certFiles ...string) {
 	}
 }
 
+// Concat writes the files srcs one after the other into dst: a bundle of
+// CA certificates, for one.
+func Concat(t testing.TB, dst string, srcs ...string) {
+	t.Helper()
+	var b []byte
+	for _, s := range srcs {
+		more, err := os.ReadFile(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = append(b, more...)
+	}
+	if err := os.WriteFile(dst, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func writePEM(t testing.TB, path, typ string, der []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
