@@ -15,7 +15,7 @@ const applyConfig = "../../buildroot/board/linemq/common/rootfs-overlay/usr/libe
 // TestApplyConfigRejectsWhatCannotStart runs the appliance's apply-config
 // on a boot partition in a temporary directory: a linemq.yaml the daemon
 // cannot start with is refused, with the reason in linemq-error.txt beside
-// it, and nothing is applied. It used to reject only exit status 2 (a bad
+// it, and nothing is applied. It used to reject only a configuration error (a bad
 // key or value, a file it names missing): a listener on an address the
 // gateway does not have (a typo in an IP address; exit 1) was applied, and
 // the gateway then failed at every boot, which with StartLimitAction=reboot

@@ -223,7 +223,7 @@ bridges:
 }
 
 // TestBridgeConfigError: a bridge configuration error exits with the
-// configuration error status (2), naming file, line and key, like any
+// configuration error status (78), naming file, line and key, like any
 // other key.
 func TestBridgeConfigError(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "linemq.yaml")
@@ -237,8 +237,8 @@ func TestBridgeConfigError(t *testing.T) {
       - {filter: "site/#"}
 `)
 	d := start(t, "-config", file, "-http-listen", "", "-data-dir", filepath.Join(t.TempDir(), "data"))
-	if code := d.exitCode(t, 5*time.Second); code != 2 {
-		t.Errorf("exit status %d, want 2", code)
+	if code := d.exitCode(t, 5*time.Second); code != exitConfig {
+		t.Errorf("exit status %d, want %d", code, exitConfig)
 	}
 	want := file + `:8: bridges[0].in[0].filter: "site/#" may match topics out[0] sends to the remote; with protocol 311 (no No Local) they would loop: make them disjoint, or use protocol 5` + "\n"
 	if got := d.stderr.String(); got != want {

@@ -20,7 +20,12 @@
 // signal kills it at once.
 //
 // Exit status: 0 after a shutdown by signal, 1 when the gateway failed to
-// start or failed while running, 2 for a bad command line or configuration.
+// start or failed while running, 64 for a bad command line and 78 for a bad
+// configuration (sysexits.h's EX_USAGE and EX_CONFIG). Not 2: Go's runtime
+// exits 2 after a panic or a fatal signal, the SIGABRT of systemd's
+// watchdog among them, and linemq.service must restart those while it
+// leaves a configuration that cannot start alone
+// (RestartPreventExitStatus=64 78).
 // Logs go to stderr one record a line, in slog's text format or, with
 // log_format: json, as JSON objects for log collectors; the record
 // "listening" carries the bound address (addr), which tells a supervisor
@@ -76,6 +81,13 @@ var flagKeys = map[string]string{
 	"etcd-initial-cluster-state": "cluster.etcd.initial_cluster_state",
 }
 
+// The daemon's exit statuses for problems a restart cannot mend (see the
+// package comment for why they are not 2).
+const (
+	exitUsage  = 64 // EX_USAGE: a bad command line
+	exitConfig = 78 // EX_CONFIG: a configuration that cannot be used
+)
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -105,11 +117,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		return 2 // the flag package has printed the problem and the usage
+		return exitUsage // the flag package has printed the problem and the usage
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "linemq: unexpected argument %q (flags only; see -help)\n", fs.Arg(0))
-		return 2
+		return exitUsage
 	}
 	if *showVersion {
 		fmt.Fprintf(stdout, "linemq %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
@@ -121,7 +133,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		// Printed bare: the messages are "file:line: key: problem" lines,
 		// which editors and CI logs turn into links.
 		fmt.Fprintln(stderr, err)
-		return 2
+		return exitConfig
 	}
 
 	log := newLogger(stderr, cfg)

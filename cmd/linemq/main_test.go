@@ -238,8 +238,9 @@ func TestSIGTERM(t *testing.T) {
 	}
 }
 
-// TestConfigErrors checks that configuration problems exit 2 with the
-// message alone on stderr, naming file, line and key (or the flag).
+// TestConfigErrors checks that configuration problems exit 78 (a bad
+// command line 64) with the message alone on stderr, naming file, line and
+// key (or the flag).
 func TestConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	unknown := filepath.Join(dir, "unknown.yaml")
@@ -250,19 +251,20 @@ func TestConfigErrors(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
+		code int
 		want string
 	}{
-		{"unknown key", []string{"-config", unknown}, unknown + `:3: unknown key "mqtt.recieve_maximum"; did you mean "mqtt.receive_maximum"?`},
-		{"bad value", []string{"-config", badValue}, badValue + `:2: mqtt.receive_maximum: 0 is not allowed (1..65535); leave the key out for the default (1024)`},
-		{"bad flag value", []string{"-log-level", "loud"}, `flag -log-level: log_level: unknown level "loud" (valid: debug, info, warn, error)`},
-		{"missing file", []string{"-config", filepath.Join(dir, "none.yaml")}, "open " + filepath.Join(dir, "none.yaml") + ": no such file or directory"},
-		{"argument", []string{"serve"}, `linemq: unexpected argument "serve" (flags only; see -help)`},
+		{"unknown key", []string{"-config", unknown}, exitConfig, unknown + `:3: unknown key "mqtt.recieve_maximum"; did you mean "mqtt.receive_maximum"?`},
+		{"bad value", []string{"-config", badValue}, exitConfig, badValue + `:2: mqtt.receive_maximum: 0 is not allowed (1..65535); leave the key out for the default (1024)`},
+		{"bad flag value", []string{"-log-level", "loud"}, exitConfig, `flag -log-level: log_level: unknown level "loud" (valid: debug, info, warn, error)`},
+		{"missing file", []string{"-config", filepath.Join(dir, "none.yaml")}, exitConfig, "open " + filepath.Join(dir, "none.yaml") + ": no such file or directory"},
+		{"argument", []string{"serve"}, exitUsage, `linemq: unexpected argument "serve" (flags only; see -help)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := start(t, tt.args...)
-			if code := d.exitCode(t, 5*time.Second); code != 2 {
-				t.Errorf("exit status %d, want 2", code)
+			if code := d.exitCode(t, 5*time.Second); code != tt.code {
+				t.Errorf("exit status %d, want %d", code, tt.code)
 			}
 			if got := d.stderr.String(); got != tt.want+"\n" {
 				t.Errorf("stderr\n got: %q\nwant: %q", got, tt.want+"\n")
