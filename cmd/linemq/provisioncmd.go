@@ -109,8 +109,10 @@ func provisionCheck(boot, conf string, trial func(string) error, stdout, stderr 
 // an address the gateway does not have, or anything else that only
 // starting finds, is refused rather than applied to fail at every boot.
 // Its MQTT and HTTP shortcuts go to loopback ports and its data to a
-// temporary directory; a clustered configuration is not started (it would
-// join the line's etcd), only checked.
+// temporary directory beside the stage, on the data partition: not in
+// /tmp, which linemq-config.service may find read-only (the appliance's
+// root) or in RAM too small for a store; a clustered configuration is not
+// started (it would join the line's etcd), only checked.
 func trialStart(stage string) error {
 	b, err := os.ReadFile(filepath.Join(stage, provision.ConfigFile))
 	if errors.Is(err, os.ErrNotExist) {
@@ -126,7 +128,7 @@ func trialStart(stage string) error {
 	if cfg.Cluster.Listen != "" {
 		return nil
 	}
-	data, err := os.MkdirTemp("", "linemq-trial-")
+	data, err := os.MkdirTemp(filepath.Dir(stage), ".linemq-trial-")
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,11 @@
 # BR2_TARGET_GENERIC_REMOUNT_ROOTFS_RW unset; /var is a tmpfs filled from
 # /usr/share/factory). Two partitions are added to /etc/fstab:
 #   - the FAT boot partition, read-only at /boot (linemq-config.service
-#     remounts it read-write only to take the provisioning set from it);
+#     remounts it read-write only to take the provisioning set from it).
+#     nofail: a damaged boot partition must not stop the gateway; the
+#     device gets 45 s, since linemq-config.service waits for the mount
+#     (After=boot.mount) and a set missed at boot would leave the gateway
+#     on its factory configuration (seen with 10 s under emulation);
 #   - the ext4 data partition at /var/lib/linemq, the only place written
 #     in normal operation.
 set -eu
@@ -24,7 +28,7 @@ add_mount() {
 	grep -qE "^[^#[:space:]]+[[:space:]]+${mp}[[:space:]]" "$fstab" || echo "$*" >>"$fstab"
 }
 add_mount / "/dev/root / auto ro 0 1"
-add_mount /boot "LABEL=LINEMQBOOT /boot vfat ro,noatime,nofail,umask=0077,x-systemd.device-timeout=10s 0 2"
+add_mount /boot "LABEL=LINEMQBOOT /boot vfat ro,noatime,nofail,umask=0077,x-systemd.device-timeout=45s 0 2"
 add_mount /var/lib/linemq "LABEL=linemq-data /var/lib/linemq ext4 rw,noatime,nosuid,nodev,noexec,errors=remount-ro,commit=5,x-systemd.growfs 0 2"
 
 # The empty file dropbear's unit mounts the provisioned SSH keys over

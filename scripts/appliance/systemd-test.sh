@@ -1,0 +1,290 @@
+#!/bin/bash
+# systemd-test.sh BINARY
+#
+# Boots the appliance's own root file system, with systemd as PID 1, under
+# qemu-system-aarch64 -M virt: the root assembled from Debian's arm64
+# packages in the Buildroot image's layout (systemd-root.sh), read-only on
+# its own disk, beside a FAT boot disk and an ext4 data disk labelled as on
+# the SD card. The boot disk holds a provisioning set made as
+# docs/appliance.md's "From a blank card to a secured gateway" says
+# (passwords, an ACL, a TLS listener, a static address, the host name, an
+# NTP server, an SSH key). From the host, through hostfwd ports:
+#   1. linemq-config.service applied the set; networkd, timesyncd and
+#      dropbear run with its files; the host logs in with the set's key;
+#   2. linemq.service reached READY=1 (Type=notify) under the unit's
+#      hardening, drives its status LED on the PL061 GPIO chip, serves TLS
+#      clients with the set's password and refuses anonymous ones;
+#   3. the root is mounted read-only and refuses writes; journald keeps
+#      the journal in /run with its size cap;
+#   4. a SIGSTOPped linemq is killed by WatchdogSec= and restarted;
+#   5. PID 1 frozen (its cgroup frozen): nothing feeds the hardware
+#      watchdog (softdog, RuntimeWatchdogSec=15s) and the guest is reset;
+#   6. the boot disk, read on the host afterwards, holds none of the set's
+#      files but linemq-applied.txt.
+# Needs qemu-system-arm, qemu-user-static, e2fsprogs, dosfstools, mtools,
+# cpio, curl, mosquitto-clients, openssh-client, openssl, python3, systemd
+# (systemd-sysusers, systemctl) and Go; checked first (needs.sh).
+# systemd-test.sh --needs only checks.
+set -euo pipefail
+
+"$(dirname "$0")/needs.sh" systemd-test \
+	qemu-system-aarch64:qemu-system-arm qemu-aarch64-static:qemu-user-static \
+	mkfs.ext4:e2fsprogs mkfs.vfat:dosfstools mcopy:mtools mdir:mtools cpio:cpio gzip:gzip curl:curl \
+	mosquitto_sub:mosquitto-clients mosquitto_pub:mosquitto-clients ssh:openssh-client ssh-keygen:openssh-client \
+	openssl:openssl python3:python3 systemd-sysusers:systemd systemctl:systemd dpkg:dpkg apt-get:apt
+[ "${1-}" = --needs ] && exit 0
+
+bin=$(realpath "${1:?usage: systemd-test.sh BINARY}")
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cache=${LINEMQ_APPLIANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/linemq-appliance}
+work=$(mktemp -d /tmp/linemq-systemd.XXXXXX)
+qpid=
+cleanup() {
+	if [ -n "$qpid" ] && kill -0 "$qpid" 2>/dev/null; then kill "$qpid"; fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+step() { echo "== $*"; }
+fail() {
+	echo "systemd-test: FAIL: $*"
+	echo "--- guest console (last 60 lines; all of it in /tmp/linemq-systemd-console.log)"
+	tail -60 "$work/console.log" 2>/dev/null || true
+	cp "$work/console.log" /tmp/linemq-systemd-console.log 2>/dev/null || true
+	if [ -n "$qpid" ] && kill -0 "$qpid" 2>/dev/null; then
+		echo "--- journal (last 60 lines)"
+		guest journalctl -b --no-pager -n 60 2>/dev/null || true
+	fi
+	exit 1
+}
+
+# shellcheck source=guest-kernel.sh
+. "$repo/scripts/appliance/guest-kernel.sh"
+# shellcheck source=systemd-root.sh
+. "$repo/scripts/appliance/systemd-root.sh"
+guest_kernel "$cache" "${GUEST_MODULES[@]}" || fail "no guest kernel"
+
+step "the root file system: Debian's arm64 packages in the appliance's layout, linemq, its units and the overlay"
+systemd_root "$cache" "$work/root" "$bin" || fail "could not assemble the root file system"
+echo "  $(ls "$cache"/systemd-debs/*.deb | wc -l) packages, systemd $(sed -n 's/.*systemd_\([^_]*\)_arm64.deb/\1/p' <<<"$(ls "$cache"/systemd-debs/systemd_*.deb)"), $(du -sh "$work/root" | cut -f1)"
+echo "  enabled: $(cd "$work/root/etc/systemd/system" && find . -name '*.wants' -type d -exec ls {} + 2>/dev/null | grep -v ':$' | grep . | sort -u | tr '\n' ' ')"
+sed 's/^/  fstab | /' "$work/root/etc/fstab"
+mkfs.ext4 -q -F -L linemq-root -d "$work/root" "$work/root.ext4" 256M
+
+step "the initramfs (the Debian kernel's disk and file system drivers are modules; Buildroot's kernel has them built in)"
+ird=$work/initramfs
+mkdir -p "$ird"/{bin,dev,proc,sys,newroot,lib/modules}
+cp "$cache/busybox" "$ird/bin/busybox"
+for m in "${GUEST_MODULES[@]}"; do cp "$cache/modules/$m.ko" "$ird/lib/modules/"; done
+cat >"$ird/init" <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+for m in virtio_mmio virtio_blk crc16 mbcache jbd2 crc32c_generic ext4 failover net_failover virtio_net softdog fat vfat nls_cp437 nls_ascii nls_utf8; do
+	insmod /lib/modules/$m.ko || echo "initramfs: insmod $m failed"
+done
+i=0
+until root=$(findfs LABEL=linemq-root 2>/dev/null); do
+	i=$((i + 1))
+	[ $i -lt 100 ] || { echo "initramfs: no linemq-root"; exec sh; }
+	sleep 0.1
+done
+mount -t ext4 -o ro "$root" /newroot || { echo "initramfs: cannot mount $root"; exec sh; }
+echo "initramfs: $root on / read-only; starting systemd"
+umount /proc /sys
+mount --move /dev /newroot/dev
+exec switch_root /newroot /usr/sbin/init
+INIT
+chmod 0755 "$ird/init"
+(cd "$ird" && find . | cpio -o -H newc --quiet) | gzip -1 >"$work/initrd.gz"
+
+step "the provisioning set on the boot disk, made as docs/appliance.md says"
+pki=$work/pki
+set=$work/set
+mkdir -p "$pki" "$set/linemq/tls" "$set/linemq/network"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "/CN=plant CA" \
+	-keyout "$pki/ca.key" -out "$pki/ca.crt" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=appliance-qemu-4" \
+	-keyout "$pki/server.key" -out "$pki/server.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$pki/ext"
+openssl x509 -req -in "$pki/server.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 2 \
+	-extfile "$pki/ext" -out "$pki/server.crt" 2>/dev/null
+(cd "$repo" && go build -o "$work/linemq-host" ./cmd/linemq)
+echo s3cret | "$work/linemq-host" passwd -c -stdin "$set/linemq/passwd" scada >/dev/null
+printf 'user scada\ntopic readwrite appliance/#\n' >"$set/linemq/acl"
+cp "$pki/server.crt" "$pki/server.key" "$pki/ca.crt" "$set/linemq/tls/"
+printf '[Match]\nName=eth0\n\n[Network]\nAddress=10.0.2.15/24\nGateway=10.0.2.2\n' >"$set/linemq/network/eth0.network"
+echo appliance-qemu-4 >"$set/linemq/hostname"
+echo 10.0.2.2 >"$set/linemq/ntp.txt"
+ssh-keygen -q -t ed25519 -N '' -C linemq-test -f "$work/id_ed25519"
+cp "$work/id_ed25519.pub" "$set/linemq/authorized_keys"
+# The status LED on the virt board's PL061 (line 4; line 3 is QEMU's
+# power button), not optional: linemq must reach the GPIO chip through
+# the unit's DevicePolicy=closed. No hw.watchdog: systemd feeds it.
+cat >"$set/linemq.yaml" <<'YAML'
+node_id: appliance-qemu-4
+mqtt:
+  listen: ":1883"
+http:
+  listen: ":8080"
+auth:
+  allow_anonymous: false
+  password_file: /etc/linemq/passwd
+  acl_file: /etc/linemq/acl
+listeners:
+  - type: tls
+    address: ":8883"
+    cert_file: /etc/linemq/tls/server.crt
+    key_file: /etc/linemq/tls/server.key
+    ca_file: /etc/linemq/tls/ca.crt
+hw:
+  leds:
+    status: {gpio: gpiochip0/4}
+YAML
+"$work/linemq-host" provision check "$set" | sed 's/^/  | /' || fail "the set does not pass linemq provision check on the host"
+mkfs.vfat -C -n LINEMQBOOT "$work/boot.vfat" 65536 >/dev/null
+mcopy -s -i "$work/boot.vfat" "$set/linemq.yaml" "$set/linemq" ::/
+truncate -s 256M "$work/data.ext4"
+mkfs.ext4 -q -F -L linemq-data -m 0 "$work/data.ext4"
+
+# --- boot
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+guest() { # guest CMD...: runs CMD in the guest over SSH, as root, with the set's key
+	timeout 60 ssh -q -i "$work/id_ed25519" -p "$sshp" -o BatchMode=yes -o StrictHostKeyChecking=no \
+		-o UserKnownHostsFile=/dev/null -o ConnectTimeout=20 root@127.0.0.1 "$@"
+}
+mqtt=$(free_port)
+mqtts=$(free_port)
+http=$(free_port)
+sshp=$(free_port)
+step "booting systemd: qemu-system-aarch64 -M virt (MQTT 127.0.0.1:$mqtt, MQTTS $mqtts, HTTP $http, SSH $sshp)"
+start=$SECONDS
+qemu-system-aarch64 -M virt -cpu cortex-a53 -smp 2 -m 768 -nographic -no-reboot \
+	-kernel "$cache/vmlinuz" -initrd "$work/initrd.gz" \
+	-append "console=ttyAMA0 panic=-1 loglevel=4 systemd.journald.forward_to_console=1" \
+	-drive "if=none,id=root,format=raw,file=$work/root.ext4" -device virtio-blk-device,drive=root \
+	-drive "if=none,id=boot,format=raw,file=$work/boot.vfat" -device virtio-blk-device,drive=boot \
+	-drive "if=none,id=data,format=raw,file=$work/data.ext4" -device virtio-blk-device,drive=data \
+	-netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$mqtt-:1883,hostfwd=tcp:127.0.0.1:$mqtts-:8883,hostfwd=tcp:127.0.0.1:$http-:8080,hostfwd=tcp:127.0.0.1:$sshp-:22" \
+	-device virtio-net-device,netdev=n0 \
+	</dev/null >"$work/console.log" 2>&1 &
+qpid=$!
+deadline=$((SECONDS + ${APPLIANCE_BOOT_TIMEOUT:-240}))
+until curl -fsS -o /dev/null "http://127.0.0.1:$http/readyz" 2>/dev/null; do
+	kill -0 "$qpid" 2>/dev/null || fail "QEMU exited during boot"
+	[ $SECONDS -lt $deadline ] || fail "no /readyz within ${APPLIANCE_BOOT_TIMEOUT:-240} s"
+	sleep 0.5
+done
+echo "  /readyz 200 after $((SECONDS - start)) s"
+grep -E 'initramfs:|systemd\[1\]: (systemd [0-9]|Using hardware watchdog|Watchdog running)' "$work/console.log" | sed 's/^/  console | /' | cut -c1-200 || true
+
+step "systemd is PID 1; the set applied; networkd, timesyncd and dropbear running with its files"
+until guest true 2>/dev/null; do
+	[ $SECONDS -lt $deadline ] || fail "no SSH login with the set's key"
+	sleep 1
+done
+pid1=$(guest cat /proc/1/comm)
+[ "$pid1" = systemd ] || fail "PID 1 is $pid1"
+echo "  ssh root@ with the set's key: PID 1 is $pid1 ($(guest systemctl --version | head -1))"
+guest journalctl -b --no-pager -o cat -u linemq-config.service | grep 'linemq' | sed 's/^/  | /' | cut -c1-200
+guest journalctl -b --no-pager -o cat -u linemq-config.service | grep -q 'linemq provision: applied linemq.yaml' ||
+	fail "linemq-config.service did not apply the set"
+for u in linemq-config systemd-networkd systemd-timesyncd systemd-journald systemd-udevd dropbear linemq; do
+	s=$(guest systemctl is-active "$u.service" || true)
+	echo "  $u.service: $s"
+	[ "$s" = active ] || fail "$u.service is $s"
+done
+addr=$(guest ip -4 -o addr show dev eth0 | awk '{print $4}')
+[ "$addr" = 10.0.2.15/24 ] || fail "eth0 has $addr"
+guest test -f /run/systemd/network/10-linemq-eth0.network || fail "the set's .network file is not in /run/systemd/network"
+echo "  eth0 $addr from the set's eth0.network (/run/systemd/network/10-linemq-eth0.network)"
+ntp=$(guest cat /run/systemd/timesyncd.conf.d/10-linemq.conf | tr '\n' ' ')
+echo "  timesyncd: $ntp"
+grep -q 'NTP=10.0.2.2' <<<"$ntp" || fail "timesyncd did not get the set's NTP server"
+hn=$(guest hostname)
+[ "$hn" = appliance-qemu-4 ] || fail "host name $hn"
+echo "  host name $hn"
+
+step "linemq.service: Type=notify reached READY=1, the hardening, the GPIO chip, the set's listeners"
+guest systemctl show linemq.service -p Type -p NotifyAccess -p ActiveState -p SubState -p MainPID -p NRestarts \
+	-p WatchdogUSec -p DevicePolicy -p ProtectSystem -p User -p RestartPreventExitStatus >"$work/show"
+sed 's/^/  | /' "$work/show"
+grep -qx 'Type=notify' "$work/show" && grep -qx 'SubState=running' "$work/show" && grep -qx 'DevicePolicy=closed' "$work/show" ||
+	fail "linemq.service is not a running Type=notify service under DevicePolicy=closed"
+guest journalctl -b --no-pager -o short-monotonic -u linemq.service >"$work/journal-linemq"
+grep -E 'msg=ready|msg=hardware|Started linemq' "$work/journal-linemq" | sed 's/^/  | /' | cut -c1-220
+mono() { grep -m1 "$1" "$work/journal-linemq" | sed 's/^\[ *\([0-9.]*\)\].*/\1/'; }
+t_starting=$(mono 'Starting linemq')
+t_hw=$(mono 'msg=hardware')
+t_started=$(mono 'Started linemq')
+t_ready=$(mono 'msg=ready')
+[ -n "$t_starting" ] && [ -n "$t_hw" ] && [ -n "$t_started" ] && [ -n "$t_ready" ] ||
+	fail "linemq.service's journal lacks Starting, hardware, Started or ready"
+# systemd marks a Type=notify service started only when READY=1 arrives,
+# which linemq sends once its listeners accept, just before it logs
+# "ready": "Started" must come after linemq's start-up work (its hardware
+# record), not when the process was forked.
+awk -v a="$t_starting" -v h="$t_hw" -v s="$t_started" 'BEGIN { exit !(a < h && h < s) }' ||
+	fail "systemd said Started before linemq had started up"
+echo "  READY=1: systemd started the unit at ${t_starting} s, linemq drove its LEDs at ${t_hw} s, systemd marked it started at ${t_started} s (linemq's ready record: ${t_ready} s)"
+grep 'msg=hardware' "$work/journal-linemq" | grep -q 'leds="status=GPIO4 ' || fail "linemq does not drive its status LED on gpiochip0/4"
+if mosquitto_pub -h 127.0.0.1 -p "$mqtt" -V 5 -q 1 -i anon -t appliance/x -m hi 2>/dev/null; then
+	fail "an anonymous client was accepted"
+fi
+mosquitto_sub -h 127.0.0.1 -p "$mqtts" --cafile "$pki/ca.crt" -V 5 -q 1 -i sd-sub -u scada -P s3cret -t appliance/sd -C 1 -W 30 >"$work/sec" &
+secsub=$!
+sleep 2
+mosquitto_pub -h 127.0.0.1 -p "$mqtts" --cafile "$pki/ca.crt" -V 5 -q 1 -i sd-pub -u scada -P s3cret -t appliance/sd -m "under systemd" ||
+	fail "the TLS client with the plant CA and its password was refused"
+wait "$secsub" || fail "TLS round trip: nothing received"
+echo "  anonymous refused; TLS with the plant CA and the set's password: \"$(cat "$work/sec")\""
+
+step "the root is read-only; the journal is volatile and capped"
+rootopts=$(guest cat /proc/mounts | awk '$2 == "/" { print $1, $3, $4 }' | tail -1)
+echo "  / : $rootopts"
+case $rootopts in *" ro,"* | *" ro") ;; *) fail "the root is mounted $rootopts" ;; esac
+if guest touch /usr/written 2>"$work/touch"; then fail "a write to the root succeeded"; fi
+echo "  touch /usr/written as root: $(tr '\n' ' ' <"$work/touch" | sed 's/^ *//')"
+guest test -d /run/log/journal || fail "no journal in /run/log/journal"
+if guest test -d /var/log/journal; then fail "a persistent journal in /var/log/journal"; fi
+jline=$(guest journalctl -b --no-pager -o cat -u systemd-journald.service | grep -m1 'Runtime Journal' || true)
+echo "  journald: $jline"
+grep -q 'max 16.0M' <<<"$jline" || fail "the runtime journal is not capped at 16M"
+
+step "WatchdogSec: a SIGSTOPped linemq is killed and restarted"
+pid=$(guest systemctl show -p MainPID --value linemq.service)
+t0=$SECONDS
+guest kill -STOP "$pid"
+deadline=$((SECONDS + 120))
+until [ "$(guest systemctl show -p NRestarts --value linemq.service 2>/dev/null)" = 1 ] &&
+	curl -fsS -o /dev/null "http://127.0.0.1:$http/readyz" 2>/dev/null; do
+	[ $SECONDS -lt $deadline ] || fail "linemq was not restarted within 120 s of SIGSTOP"
+	sleep 1
+done
+newpid=$(guest systemctl show -p MainPID --value linemq.service)
+echo "  pid $pid stopped; pid $newpid ready $((SECONDS - t0)) s later (WatchdogSec=30s)"
+guest journalctl -b --no-pager -o cat -u linemq.service | grep -E 'Watchdog timeout|SIGABRT|Main process exited|Failed with result|Scheduled restart' |
+	sed 's/^/  | /' | cut -c1-200
+guest journalctl -b --no-pager -o cat -u linemq.service | grep -q "Failed with result 'watchdog'" || fail "the restart was not the watchdog's"
+[ "$newpid" != "$pid" ] || fail "MainPID unchanged"
+
+step "PID 1 frozen: nothing feeds softdog (RuntimeWatchdogSec=15s), the guest must be reset"
+guest 'echo 1 >/sys/fs/cgroup/init.scope/cgroup.freeze'
+t0=$SECONDS
+deadline=$((SECONDS + 60))
+while kill -0 "$qpid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+kill -0 "$qpid" 2>/dev/null && fail "the guest was not reset within 60 s of freezing PID 1"
+wait "$qpid" || true
+qpid=
+grep -q 'softdog: Initiating system reboot' "$work/console.log" || fail "QEMU exited, but not by softdog"
+grep -E 'softdog' "$work/console.log" | sed 's/^/  console | /' | cut -c1-160
+echo "  reset by softdog $((SECONDS - t0)) s after PID 1 was frozen; QEMU exited (-no-reboot)"
+
+step "the boot disk, read on the host: the set's files are gone"
+mdir -i "$work/boot.vfat" -/ -b :: | sed 's/^/  | /'
+if mdir -i "$work/boot.vfat" -/ -b :: | grep -Eq '::/(linemq\.yaml|linemq/)'; then fail "files of the applied set stay on the boot disk"; fi
+mdir -i "$work/boot.vfat" -b :: | grep -q 'linemq-applied.txt' || fail "no linemq-applied.txt on the boot disk"
+
+echo
+echo "systemd-test: systemd as PID 1 on the read-only root, the provisioning set applied (networkd, timesyncd, dropbear, TLS, passwords), READY=1, WatchdogSec restart of a stopped linemq, softdog reset of a frozen PID 1, volatile capped journal passed"
