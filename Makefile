@@ -6,8 +6,8 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 DATA_DIR ?= ./data
 FUZZTIME ?= 60s
 
-.PHONY: run build test vet tahu-deps fuzz bench bench-compare cross clean test-arm systemd-check dist dist-check sdimage-smoke appliance-test powercut-test chaos
-.PHONY: needs-bench-compare needs-test-arm needs-sdimage-smoke needs-appliance-test needs-powercut-test
+.PHONY: run build test vet tahu-deps fuzz bench bench-compare cross clean test-arm systemd-check dist dist-check sdimage-smoke appliance-test systemd-test powercut-test chaos
+.PHONY: needs-bench-compare needs-test-arm needs-sdimage-smoke needs-appliance-test needs-systemd-test needs-powercut-test
 
 # Targets that run programs from outside Go check for them before they
 # build anything, and name the Debian package of each one missing
@@ -16,7 +16,7 @@ FUZZTIME ?= 60s
 # calls, so the list is kept there (SCRIPT --needs only checks); the
 # targets without a script keep theirs here.
 NEEDS := scripts/appliance/needs.sh
-needs-sdimage-smoke needs-appliance-test needs-powercut-test: needs-%:
+needs-sdimage-smoke needs-appliance-test needs-systemd-test needs-powercut-test: needs-%:
 	@scripts/appliance/$*.sh --needs
 
 ## run: build and start a standalone broker on :1883 (MQTT) and :8080 (HTTP)
@@ -172,6 +172,16 @@ sdimage-smoke: needs-sdimage-smoke cross
 ## resets for a hung broker and for a failing health check
 appliance-test: needs-appliance-test cross
 	scripts/appliance/appliance-test.sh $(BIN)/linux-arm64/linemq
+
+## systemd-test: the appliance's own root file system booted with systemd
+## as PID 1 under qemu-system-aarch64 -M virt (assembled from Debian's
+## arm64 packages in the Buildroot image's layout; read-only root, boot and
+## data disks): a provisioning set applied by linemq-config.service, with
+## networkd, timesyncd and dropbear running on its files; linemq.service
+## READY=1 under its hardening; a SIGSTOPped linemq restarted by
+## WatchdogSec=; a frozen PID 1 reset by softdog (RuntimeWatchdogSec=)
+systemd-test: needs-systemd-test cross
+	scripts/appliance/systemd-test.sh $(BIN)/linux-arm64/linemq
 
 ## powercut-test: power cuts under emulation: the arm64 build under
 ## qemu-system-aarch64 with its data partition on a virtio disk (an ext4

@@ -43,6 +43,10 @@ func TestApplyConfigRejectsWhatCannotStart(t *testing.T) {
 			}
 			writeFile(t, filepath.Join(boot, "linemq.yaml"), tc.yaml)
 			writeFile(t, filepath.Join(boot, "linemq", "ntp.txt"), "10.0.0.1\nntp.plant.local\n")
+			if err := os.MkdirAll(filepath.Join(boot, "linemq", "network"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, filepath.Join(boot, "linemq", "network", "eth0.network"), "[Match]\nName=eth0\n\n[Network]\nAddress=10.0.0.11/24\n")
 			cmd := exec.Command("sh", applyConfig)
 			cmd.Env = append(os.Environ(), "LINEMQ_BOOT="+boot, "LINEMQ_ETC="+filepath.Join(dir, "etc"),
 				"LINEMQ_CONF_DIR="+filepath.Join(dir, "config"), "LINEMQ_BIN="+binary, "LINEMQ_RUN="+run, "LINEMQ_NO_HOSTNAME=1")
@@ -61,6 +65,16 @@ func TestApplyConfigRejectsWhatCannotStart(t *testing.T) {
 				ntp, err := os.ReadFile(filepath.Join(run, "systemd", "timesyncd.conf.d", "10-linemq.conf"))
 				if err != nil || !strings.Contains(string(ntp), "NTP=10.0.0.1 ntp.plant.local") {
 					t.Errorf("timesyncd's servers: %v\n%s\n%s", err, ntp, out)
+				}
+				// networkd runs as its own user: a .network it cannot read
+				// is skipped, and the gateway takes a DHCP address (seen
+				// under systemd in make systemd-test).
+				fi, err := os.Stat(filepath.Join(run, "systemd", "network", "10-linemq-eth0.network"))
+				switch {
+				case err != nil:
+					t.Errorf("the .network in /run: %v\n%s", err, out)
+				case fi.Mode().Perm() != 0o644:
+					t.Errorf("the .network in /run has mode %v, want 0644\n%s", fi.Mode().Perm(), out)
 				}
 				return
 			}

@@ -40,6 +40,11 @@ echo "clean"
 echo "== systemd-sysusers, systemd-tmpfiles --create (--root=<staging>)"
 mkdir -p "$st/etc"
 : >"$st/etc/passwd"; : >"$st/etc/group"
+# systemd's own users, which the appliance's tmpfiles.d names
+# (systemd-timesync owns its saved clock's directory).
+mkdir -p "$st/usr/lib/sysusers.d"
+cp -n /usr/lib/sysusers.d/systemd-timesync.conf "$st/usr/lib/sysusers.d/" 2>/dev/null ||
+	echo 'u systemd-timesync - "systemd Time Synchronization"' >"$st/usr/lib/sysusers.d/systemd-timesync.conf"
 systemd-sysusers --root="$st" 2>&1
 grep '^linemq:' "$st/etc/passwd"
 grep -E '^gpio:.*linemq' "$st/etc/group"
@@ -56,7 +61,13 @@ if [ "$got" != "750 0 $gid" ]; then
 	echo "systemd-check: /var/lib/linemq/config is $got (mode uid gid), want 750 0 $gid"
 	exit 1
 fi
-echo "/var/lib/linemq 0750 linemq, /var/lib/linemq/config 0750 root:linemq"
+got=$(stat -c '%a %u' "$st/var/lib/linemq/timesync" 2>/dev/null || true)
+st_uid=$(awk -F: '$1 == "systemd-timesync" { print $3 }' "$st/etc/passwd")
+if [ "$got" != "755 $st_uid" ]; then
+	echo "systemd-check: /var/lib/linemq/timesync is '$got' (mode user), want 755 systemd-timesync"
+	exit 1
+fi
+echo "/var/lib/linemq 0750 linemq, /var/lib/linemq/config 0750 root:linemq, /var/lib/linemq/timesync 0755 systemd-timesync"
 
 echo "== systemd-analyze security --offline=true --threshold=$threshold linemq.service"
 if ! systemd-analyze security --offline=true --root="$st" --threshold="$threshold" linemq.service >"$st/security.txt" 2>&1; then
