@@ -138,6 +138,7 @@ check_file /usr/lib/systemd/system-preset/80-linemq.preset 0644
 check_file /usr/lib/sysusers.d/linemq.conf 0644
 check_file /usr/lib/tmpfiles.d/linemq.conf 0644
 check_file /usr/lib/tmpfiles.d/linemq-appliance.conf 0644
+check_file /usr/lib/systemd/journald.conf.d/10-linemq.conf 0644
 check_file /usr/lib/udev/rules.d/60-linemq.rules 0644
 check_file /usr/libexec/linemq/apply-config 0755
 check_file /usr/share/linemq/linemq.example.yaml 0644
