@@ -6,7 +6,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 DATA_DIR ?= ./data
 FUZZTIME ?= 60s
 
-.PHONY: run build test vet tahu-deps fuzz bench bench-compare cross clean test-arm systemd-check dist dist-check sdimage-smoke appliance-test systemd-test powercut-test chaos
+.PHONY: run build test vet tahu-deps fuzz bench bench-compare cross clean test-arm systemd-check dist dist-check sdimage-smoke appliance-test systemd-test powercut-test chaos bundle
 .PHONY: needs-bench-compare needs-test-arm needs-sdimage-smoke needs-appliance-test needs-systemd-test needs-powercut-test
 
 # Targets that run programs from outside Go check for them before they
@@ -67,7 +67,7 @@ vet:
 
 ## fuzz: run every fuzz target for FUZZTIME each, one after the other
 fuzz:
-	@for pkg in ./broker/packet ./broker/topic ./broker/share ./gateway/sparkplug; do \
+	@for pkg in ./broker ./broker/packet ./broker/topic ./broker/share ./gateway/cluster ./gateway/config ./gateway/peer ./gateway/sparkplug ./gateway/update ./storage/bolt; do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "== $$pkg $$f ($(FUZZTIME))"; \
 	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
@@ -172,6 +172,14 @@ sdimage-smoke: needs-sdimage-smoke cross
 ## resets for a hung broker and for a failing health check
 appliance-test: needs-appliance-test cross
 	scripts/appliance/appliance-test.sh $(BIN)/linux-arm64/linemq
+
+## bundle: a signed update bundle of the ARM build, bin/linemq-VERSION-ARCH.bundle
+## (docs/updates.md). BUNDLE_KEY=FILE is the signing key (make one with
+## bin/linemq update keygen NAME); BUNDLE_ARCH=arm64 (default), armv7 or armv6
+BUNDLE_ARCH ?= arm64
+bundle: build cross
+	@[ -n "$(BUNDLE_KEY)" ] || { echo "bundle: give the signing key: make bundle BUNDLE_KEY=FILE (bin/linemq update keygen NAME makes one)"; exit 2; }
+	$(BIN)/linemq update bundle -key $(BUNDLE_KEY) -version $(VERSION) -o $(BIN)/linemq-$(VERSION)-$(BUNDLE_ARCH).bundle $(BIN)/linux-$(BUNDLE_ARCH)/linemq
 
 ## systemd-test: the appliance's own root file system booted with systemd
 ## as PID 1 under qemu-system-aarch64 -M virt (assembled from Debian's

@@ -10,6 +10,7 @@
 //	linemq passwd [-c] [-stdin] [-D] FILE USER
 //	linemq import-mosquitto mosquitto.conf > linemq.yaml
 //	linemq provision check|apply [-conf DIR] BOOT
+//	linemq update keygen|bundle|verify ...
 //
 // Without -config it runs on the built-in defaults. Flags given on the
 // command line override the configuration file; flags left out do not, so
@@ -50,10 +51,12 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/linemq/linemq/gateway"
 	"github.com/linemq/linemq/gateway/config"
 	"github.com/linemq/linemq/gateway/provision"
+	"github.com/linemq/linemq/gateway/update"
 )
 
 // version is the release, set at build time with
@@ -109,6 +112,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "provision" {
 		return runProvision(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "update" {
+		return runUpdate(args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "import-mosquitto" {
 		return runImportMosquitto(args[1:], stdout, stderr)
 	}
@@ -138,6 +144,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	log := newLogger(stderr, cfg)
 	log.Info("linemq starting", "version", version, "go", runtime.Version(), "config", *configFile)
+
+	// An installed update runs in place of this program (docs/updates.md).
+	slots := &update.Slots{Dir: filepath.Join(cfg.WithDefaults().DataDir, update.Dir)}
+	slot := os.Getenv(update.SlotEnv)
+	if slot == "" {
+		startInstalled(slots, args, log)
+	} else {
+		log.Info("update: running the installed version", "slot", slot, "version", version)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -173,6 +188,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if st := opts.Provisioned; st != nil && !st.Applied {
 		log.Warn("the last provisioning set was refused; running on the configuration before it", "problems", strings.Join(st.Problems, "; "))
 	}
+	var trial <-chan error
 	g, err := gateway.Start(ctx, opts)
 	if err != nil {
 		log.Error("linemq failed", "err", err)
@@ -193,12 +209,31 @@ func run(args []string, stdout, stderr io.Writer) int {
 			args = append(args, "listeners", strings.Join(us, " "))
 		}
 		log.Info("ready", args...)
+		if slot != "" {
+			trial = watchTrial(ctx, slots, slot, cfg, g, log)
+		}
 	case <-ctx.Done():
 	case <-g.Done():
 	}
+	code := 0
 wait:
 	for {
 		select {
+		case err := <-trial:
+			trial = nil
+			var failed *update.TrialFailed
+			switch {
+			case err == nil:
+				log.Info("update: committed: this version stays after restarts", "version", version)
+			case errors.As(err, &failed):
+				// Exiting with a failure makes systemd start linemq again,
+				// and that start brings the version before back.
+				log.Error("update: giving up the trial; the version before comes back at the next start", "version", version, "reason", failed.Reason)
+				code = 1
+				break wait
+			case ctx.Err() == nil:
+				log.Error("update: the trial could not be recorded", "err", err)
+			}
 		case <-hup:
 			if err := g.Reload(); err != nil {
 				log.Error("reload failed; the previous files stay in force", "err", err)
@@ -217,7 +252,65 @@ wait:
 		return 1
 	}
 	log.Info("linemq stopped")
-	return 0
+	return code
+}
+
+// startInstalled replaces this program with the installed update, if there
+// is one: the version on trial at its first start, else the committed one
+// (update.Slots.Start). exec keeps the process id, so systemd's notify
+// protocol and watchdog follow the new program. It returns when this
+// program is the one to run: nothing installed, a rollback to the image's
+// version, or installed versions that cannot be used (logged).
+func startInstalled(slots *update.Slots, args []string, log *slog.Logger) {
+	for {
+		slot, rollback, err := slots.Start()
+		if rollback != nil {
+			log.Warn("update: rolled back", "version", rollback.Version, "reason", rollback.Reason)
+		}
+		if err != nil {
+			log.Error("update: the installed versions cannot be used; running this one", "err", err)
+			return
+		}
+		if slot == "" {
+			return
+		}
+		bin := slots.Binary(slot)
+		err = syscall.Exec(bin, append([]string{bin}, args...), append(os.Environ(), update.SlotEnv+"="+slot))
+		// Exec returns only when it failed.
+		log.Error("update: starting the installed version failed", "slot", slot, "err", err)
+		if st, rerr := slots.Read(); rerr != nil || st.Trial != slot {
+			return // the committed version: this one runs instead
+		}
+		// A trial that cannot start: the next Start rolls it back.
+		if err := slots.Fail(slot, "it could not be started: "+err.Error()); err != nil {
+			log.Error("update: recording the failed start", "err", err)
+			return
+		}
+	}
+}
+
+// watchTrial starts the trial of this version if it is the one on trial
+// in slot, and returns the channel its outcome arrives on (nil when this
+// version is committed already).
+func watchTrial(ctx context.Context, slots *update.Slots, slot string, cfg *config.Config, g *gateway.Gateway, log *slog.Logger) <-chan error {
+	st, err := slots.Read()
+	if err != nil {
+		log.Error("update: reading the slots' state", "err", err)
+		return nil
+	}
+	if st.Trial != slot {
+		return nil
+	}
+	e := cfg.WithDefaults()
+	trial := time.Duration(e.Update.Trial)
+	interval := time.Duration(e.Health.ProbeInterval)
+	// A failing check is given three probes to recover, as the watchdog
+	// feeding would (hw.watchdog).
+	grace := 3 * interval
+	log.Info("update: on trial", "version", version, "trial", trial, "since", st.TrialSince)
+	out := make(chan error, 1)
+	go func() { out <- slots.Watch(ctx, slot, trial, grace, min(interval, time.Second), g.Health().Healthy) }()
+	return out
 }
 
 // newFlagSet defines the command line.
@@ -263,6 +356,10 @@ const usage = `Usage:
   linemq import-mosquitto FILE     print the linemq.yaml equivalent to a
                                    mosquitto.conf (what it cannot carry over
                                    goes to standard error)
+  linemq provision check|apply BOOT
+                                   check or apply a gateway's provisioning set
+  linemq update keygen|bundle|verify
+                                   signed update bundles (linemq update -h)
   linemq -version                  print the version
 
 Flags override the configuration file:

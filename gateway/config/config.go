@@ -118,6 +118,9 @@ type Config struct {
 	// Sparkplug configures the Sparkplug B awareness (docs/sparkplug.md).
 	Sparkplug Sparkplug `yaml:"sparkplug"`
 
+	// Update configures signed updates and their trial (docs/updates.md).
+	Update Update `yaml:"update"`
+
 	// Bridges are uplinks to site or cloud brokers: the section is
 	// gateway/bridge's (checked in bridge.go here; docs/bridge.md).
 	Bridges []bridge.Config `yaml:"bridges"`
@@ -384,6 +387,18 @@ type Health struct {
 	ProbeTimeout Duration `yaml:"probe_timeout"`
 }
 
+// Update configures signed updates (docs/updates.md).
+type Update struct {
+	// KeysDir holds the public keys (*.pub) trusted to sign update
+	// bundles. Default /etc/linemq/update-keys.
+	KeysDir string `yaml:"keys_dir"`
+
+	// Trial is how long a newly installed version must stay ready and
+	// healthy before it is committed; until then a crash, a hang or a
+	// failed health check brings the version before it back. Default 2m.
+	Trial Duration `yaml:"trial"`
+}
+
 // HTTP configures the HTTP listener of the status page and API.
 type HTTP struct {
 	// Listen is the TCP address, host:port. Nil means the default ":8080";
@@ -522,6 +537,9 @@ const (
 	DefaultSysInterval   = 10 * time.Second
 	DefaultProbeInterval = 5 * time.Second
 	DefaultProbeTimeout  = 3 * time.Second
+
+	DefaultUpdateKeysDir = "/etc/linemq/update-keys"
+	DefaultUpdateTrial   = 2 * time.Minute
 )
 
 // DefaultReplicas is cluster.replicas' default.
@@ -576,6 +594,7 @@ func Default() *Config {
 		SharedSubscriptions: SharedSubscriptions{Strategy: DefaultStrategy},
 		Health:              Health{ProbeInterval: Duration(DefaultProbeInterval), ProbeTimeout: Duration(DefaultProbeTimeout)},
 		Cluster:             Cluster{Name: DefaultClusterName, Replicas: new(DefaultReplicas)},
+		Update:              Update{KeysDir: DefaultUpdateKeysDir, Trial: Duration(DefaultUpdateTrial)},
 		Storage:             Storage{Sync: SyncMode(bolt.SyncBatch), BatchInterval: Duration(bolt.DefaultBatchInterval), MaxSize: Unlimited},
 		Sparkplug:           Sparkplug{Aware: new(true), MaxEdgeNodes: DefaultMaxEdgeNodes, MetricsEdgeNodes: new(Limit(DefaultMetricsEdgeNodes))},
 	}

@@ -102,6 +102,10 @@ func (c *Config) Validate() error {
 		v.fail("health.probe_timeout", fmt.Errorf("%v is longer than health.probe_interval (%v)", eh.ProbeTimeout, eh.ProbeInterval))
 	}
 
+	// A trial shorter than a few health probes proves nothing; longer than
+	// a day leaves a line on an uncommitted version.
+	limit(&v, "update.trial", c.Update.Trial, d.Update.Trial, bounds[Duration]{Duration(time.Second), Duration(24 * time.Hour), false})
+
 	v.cluster(&e.Cluster)
 	if e.Cluster.Listen != "" {
 		v.clusterTLS(&e.Cluster, e.NodeID)

@@ -15,6 +15,7 @@
 //	cluster/mesh.crt, mesh.key   this gateway's certificate between gateways
 //	cluster/etcd.crt, etcd.key   its embedded etcd member's
 //	cluster/ca.crt, crl.pem      the line's CA and its revocation list
+//	update-keys/*.pub            public keys trusted to sign update bundles
 //	network/*.network            systemd-networkd's own format (DHCP without one)
 //	hostname                     the host name
 //	ntp.txt                      NTP servers, one per line

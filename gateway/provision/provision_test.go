@@ -14,6 +14,7 @@ import (
 
 	"github.com/linemq/linemq/gateway/auth"
 	"github.com/linemq/linemq/gateway/provision"
+	"github.com/linemq/linemq/gateway/update"
 	"github.com/linemq/linemq/internal/certtest"
 )
 
@@ -46,18 +47,24 @@ func plantSet(t *testing.T, boot string) {
 	ca.WriteCRL(t, crl)
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
 	sshKey, _ := ssh.NewPublicKey(pub)
+	_, updatePubPEM, err := update.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	updatePub := string(updatePubPEM)
 	files := map[string]string{
-		"linemq.yaml":                 secured,
-		"linemq/passwd":               "scada:" + hash + "\n",
-		"linemq/acl":                  "user scada\ntopic readwrite line/#\n",
-		"linemq/tls/server.crt":       read(t, crt),
-		"linemq/tls/server.key":       read(t, key),
-		"linemq/tls/ca.crt":           read(t, ca.File),
-		"linemq/tls/crl.pem":          read(t, crl),
-		"linemq/network/eth0.network": "[Match]\nName=eth0\n\n[Network]\nAddress=10.0.0.11/24\nGateway=10.0.0.1\nDNS=10.0.0.1\n",
-		"linemq/hostname":             "gw1\n",
-		"linemq/ntp.txt":              "# the plant's time servers\n10.0.0.1\nntp.plant.local\n",
-		"linemq/authorized_keys":      string(ssh.MarshalAuthorizedKey(sshKey)),
+		"linemq.yaml":                  secured,
+		"linemq/passwd":                "scada:" + hash + "\n",
+		"linemq/acl":                   "user scada\ntopic readwrite line/#\n",
+		"linemq/tls/server.crt":        read(t, crt),
+		"linemq/tls/server.key":        read(t, key),
+		"linemq/tls/ca.crt":            read(t, ca.File),
+		"linemq/tls/crl.pem":           read(t, crl),
+		"linemq/network/eth0.network":  "[Match]\nName=eth0\n\n[Network]\nAddress=10.0.0.11/24\nGateway=10.0.0.1\nDNS=10.0.0.1\n",
+		"linemq/hostname":              "gw1\n",
+		"linemq/ntp.txt":               "# the plant's time servers\n10.0.0.1\nntp.plant.local\n",
+		"linemq/authorized_keys":       string(ssh.MarshalAuthorizedKey(sshKey)),
+		"linemq/update-keys/plant.pub": updatePub,
 	}
 	for name, content := range files {
 		p := filepath.Join(boot, name)
@@ -107,14 +114,14 @@ func TestApplyWholeSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !st.Applied || len(st.Files) != 11 {
+	if !st.Applied || len(st.Files) != 12 {
 		t.Fatalf("status %+v", st)
 	}
 	if trialSaw != secured {
 		t.Error("the trial did not see the staged configuration")
 	}
 	got := tree(t, conf)
-	for _, want := range []string{"linemq.yaml", "passwd", "acl", "tls/server.key", "tls/crl.pem",
+	for _, want := range []string{"linemq.yaml", "passwd", "acl", "tls/server.key", "tls/crl.pem", "update-keys/plant.pub",
 		"system/network/eth0.network", "system/hostname", "system/ntp.txt", "system/authorized_keys", provision.StatusFile} {
 		if _, ok := got[want]; !ok {
 			t.Errorf("%s not in the configuration directory (%d files)", want, len(got))
@@ -216,6 +223,7 @@ func TestCheckFindsEachProblem(t *testing.T) {
 		{"NTP server", "linemq/ntp.txt", "ntp..plant\n", `linemq/ntp.txt:1: "ntp..plant" is neither an address nor a host name`},
 		{"SSH key", "linemq/authorized_keys", "ssh-ed25519 AAAAnotakey me@pc\n", "linemq/authorized_keys:1: not an SSH public key"},
 		{"password line", "linemq/passwd", "scada\n", "passwd:1"},
+		{"update key", "linemq/update-keys/plant.pub", read(t, otherKey), `linemq/update-keys/plant.pub: not an update signing key: not a PEM "PUBLIC KEY" block`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			boot, conf := t.TempDir(), filepath.Join(t.TempDir(), "config")

@@ -13,6 +13,7 @@ import (
 	"github.com/linemq/linemq/gateway/auth"
 	"github.com/linemq/linemq/gateway/certs"
 	"github.com/linemq/linemq/gateway/config"
+	"github.com/linemq/linemq/gateway/update"
 )
 
 // Names in a set. ConfigFile is at the top of the boot partition, the
@@ -37,8 +38,9 @@ const (
 	systemFile             // into its system/ folder
 )
 
-// known are the files a set may hold, relative to Folder; a name ending
-// in "/*.network" is a pattern.
+// known are the files a set may hold, relative to Folder; a name with a
+// "*" ("network/*.network") is a pattern for the files of that folder
+// with that suffix.
 var known = []struct {
 	name string
 	kind kind
@@ -55,6 +57,7 @@ var known = []struct {
 	{"cluster/etcd.key", linemqFile},
 	{"cluster/ca.crt", linemqFile},
 	{"cluster/crl.pem", linemqFile},
+	{"update-keys/*.pub", linemqFile},
 	{"network/*.network", systemFile},
 	{"hostname", systemFile},
 	{"ntp.txt", systemFile},
@@ -126,8 +129,8 @@ func Read(boot string) (*Set, []Problem, error) {
 // kind.
 func knownFile(rel string) (kind, bool) {
 	for _, k := range known {
-		if dir, ok := strings.CutSuffix(k.name, "/*.network"); ok {
-			if d, f := filepath.Split(rel); strings.TrimSuffix(d, "/") == dir && strings.HasSuffix(f, ".network") && f != ".network" {
+		if dir, suffix, ok := strings.Cut(k.name, "/*"); ok {
+			if d, f := filepath.Split(rel); strings.TrimSuffix(d, "/") == dir && strings.HasSuffix(f, suffix) && f != suffix {
 				return k.kind, true
 			}
 			continue
@@ -242,6 +245,13 @@ func Check(s *Set, conf, stage string) []Problem {
 	}
 	for _, dir := range []string{"tls", "cluster"} {
 		problems = append(problems, checkPKI(stage, dir, nameOf)...)
+	}
+	for _, f := range s.Files {
+		if strings.HasPrefix(f.Dest, "update-keys/") {
+			if _, err := update.ParsePublicKey(f.Data); err != nil {
+				problems = append(problems, Problem{File: f.Name, Msg: "not an update signing key: " + err.Error()})
+			}
+		}
 	}
 	for _, f := range s.Files {
 		if !strings.HasPrefix(f.Dest, SystemDir+"/") {
