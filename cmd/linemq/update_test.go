@@ -22,14 +22,16 @@ import (
 // TestUpdateTrial updates a gateway through its slots with real bundles
 // and real processes, the test standing in for systemd: it starts linemq
 // again when it exits (Restart=), and kills one that hangs, as WatchdogSec=
-// would. In order, on one data directory:
+// would. In order, on one data directory (the last on another):
 //   - a good bundle goes on trial, is committed after update.trial of
 //     health, and runs from its slot at later starts;
 //   - a bundle signed by another key is refused and changes nothing;
 //   - a version that exits at start, and one that hangs, are each rolled
 //     back to the committed version at the next start;
 //   - a version killed (SIGKILL: a power cut) during its trial is rolled
-//     back, and the version before delivers the messages it accepted.
+//     back, and the version before delivers the messages it accepted;
+//   - a version whose storage check fails during its trial gives up (exit
+//     1) and is rolled back with the reason.
 func TestUpdateTrial(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a second linemq and runs it")
@@ -202,7 +204,50 @@ func TestUpdateTrial(t *testing.T) {
 		t.Fatalf("after the rollback the historian got %d of the %d messages the trial version acknowledged", len(got), n)
 	}
 	stop(d)
-	t.Logf("rollbacks: %+v", state().LastRollback)
+
+	// A version whose health fails during its trial gives up by itself:
+	// on a fresh data directory (the image's version before it), with the
+	// store bounded at 2 MiB and filled by an offline session's queue, the
+	// storage check fails, the trial version exits 1 after three probes,
+	// and the start after rolls it back with the reason.
+	data = filepath.Join(dir, "data-full")
+	slots.Dir = filepath.Join(data, update.Dir)
+	full := filepath.Join(dir, "linemq-full.yaml")
+	writeFile(t, full, "update:\n  keys_dir: "+keys+"\n  trial: 1h\nhealth:\n  probe_interval: 500ms\n  probe_timeout: 400ms\nstorage:\n  max_size: 2MiB\n")
+	apply(mkBundle("full.bundle", priv, "v-full", newData), 0)
+	d = start(t, args(full)...)
+	addr = d.waitLine(t, listening, 20*time.Second)[1]
+	d.waitLine(t, line(`msg="update: on trial"`), 20*time.Second)
+	sub, _ = pahoClient(t, addr, "historian", false, nil)
+	if _, err := sub.Subscribe(t.Context(), &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "line/#", QoS: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	sub.Disconnect(&paho.Disconnect{})
+	pubc, _ = pahoClient(t, addr, "filler", true, nil)
+	big := bytes.Repeat([]byte("x"), 64<<10)
+	refused := false
+	for i := 0; i < 200 && !refused; i++ {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		r, err := pubc.Publish(ctx, &paho.Publish{Topic: "line/big", QoS: 1, Payload: big})
+		cancel()
+		refused = err != nil || (r != nil && r.ReasonCode >= 0x80)
+	}
+	if !refused {
+		t.Fatal("200 messages of 64 KiB went into a store bounded at 2 MiB")
+	}
+	d.waitLine(t, line(`msg="update: giving up the trial;.* reason="unhealthy for .*storage`), 30*time.Second)
+	if code := d.exitCode(t, 20*time.Second); code != 1 {
+		t.Fatalf("the trial version that gave up exited %d, want 1 (for Restart=on-failure)", code)
+	}
+	d = start(t, args(full)...)
+	d.waitLine(t, line(`msg="update: rolled back" version=v-full reason="unhealthy for`), 20*time.Second)
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	d.exitCode(t, 10*time.Second)
+	st := state()
+	if st.Trial != "" || st.Committed != "" || st.LastRollback == nil || !strings.Contains(st.LastRollback.Reason, "storage") {
+		t.Fatalf("after the failed health: %+v", st)
+	}
+	t.Logf("last rollback: %+v", st.LastRollback)
 }
 
 // pahoClient connects an MQTT 5 client with a session of an hour; onMsg,
