@@ -135,7 +135,7 @@ func newBrokerCollector(s *Server) *brokerCollector {
 	ss("storage_page_bytes_written_total", "Bytes written to the database file (what the flash sees).", counter, func(s *StorageStats) float64 { return float64(s.PageBytesWritten) })
 	ss("storage_commits_total", "Transactions committed.", counter, func(s *StorageStats) float64 { return float64(s.Commits) })
 	ss("storage_commit_errors_total", "Failed commits.", counter, func(s *StorageStats) float64 { return float64(s.CommitErrors) })
-	ss("storage_pending_ops", "Changes waiting for a commit.", gauge, func(s *StorageStats) float64 { return float64(s.PendingOps) })
+	ss("storage_pending_ops", "Changes not on disk yet: waiting for a commit, or in the one being written.", gauge, func(s *StorageStats) float64 { return float64(s.PendingOps) })
 	ss("storage_failing", "1 while the most recent commit failed.", gauge, func(s *StorageStats) float64 { return b2f(s.Failing) })
 
 	gs := func(name, help string, kind prometheus.ValueType, f func(*groupView) float64) {

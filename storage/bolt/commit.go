@@ -97,6 +97,7 @@ func (s *Store) commit() error {
 	r.upto = s.enq
 	s.taken = s.enq
 	s.inflight, s.next = r, newRound()
+	s.writing = b
 	s.mu.Unlock()
 
 	var (
@@ -109,7 +110,7 @@ func (s *Store) commit() error {
 	}
 
 	s.mu.Lock()
-	s.inflight = nil
+	s.inflight, s.writing = nil, nil
 	if err == nil {
 		s.durable = r.upto
 		if w.changed {

@@ -148,6 +148,7 @@ type Store struct {
 	taken    uint64 // enq when the committer last took the pending batch
 	durable  uint64 // every change numbered up to this is committed
 	inflight *round // the commit under way, if any
+	writing  *batch // the batch that commit writes (for Stats.PendingOps)
 	next     *round // the commit that will take the pending batch
 	closed   bool
 	fails    int   // consecutive failed commits
@@ -831,8 +832,10 @@ type Stats struct {
 	// because a later change to the same key in the same batch replaced
 	// them.
 	Collapsed uint64
-	// PendingOps is the number of changes waiting for a commit, after
-	// collapsing; it includes a failed batch waiting to be retried.
+	// PendingOps is the number of changes not on disk yet, after
+	// collapsing: those waiting for a commit, a failed batch waiting to be
+	// retried, and the batch a commit under way is writing (a retry in
+	// progress must not read as an empty backlog).
 	PendingOps int
 	// FileSize is the database file's size in bytes.
 	FileSize int64
@@ -844,6 +847,9 @@ func (s *Store) Stats() Stats {
 	st := s.stats
 	st.LastCommitError, st.Failing = s.lastErr, s.failing
 	st.PendingOps = s.pending.ops
+	if s.writing != nil {
+		st.PendingOps += s.writing.ops
+	}
 	s.mu.Unlock()
 	if fi, err := os.Stat(s.path); err == nil {
 		st.FileSize = fi.Size()
