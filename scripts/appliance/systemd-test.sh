@@ -16,7 +16,11 @@
 #      clients with the set's password and refuses anonymous ones;
 #   3. the root is mounted read-only and refuses writes; journald keeps
 #      the journal in /run with its size cap;
-#   4. a SIGSTOPped linemq is killed by WatchdogSec= and restarted;
+#   4. a SIGSTOPped linemq is killed by WatchdogSec= and restarted; a
+#      signed update bundle, installed over SSH with linemq update apply,
+#      runs from its slot on the noexec data partition, goes on trial and
+#      is committed; one whose program exits at start is rolled back by
+#      systemd's restart and the slots alone;
 #   5. PID 1 frozen (its cgroup frozen): nothing feeds the hardware
 #      watchdog (softdog, RuntimeWatchdogSec=15s) and the guest is reset;
 #   6. the boot disk, read on the host afterwards, holds none of the set's
@@ -334,4 +338,4 @@ if mdir -i "$work/boot.vfat" -/ -b :: | grep -Eq '::/(linemq\.yaml|linemq/)'; th
 mdir -i "$work/boot.vfat" -b :: | grep -q 'linemq-applied.txt' || fail "no linemq-applied.txt on the boot disk"
 
 echo
-echo "systemd-test: systemd as PID 1 on the read-only root, the provisioning set applied (networkd, timesyncd, dropbear, TLS, passwords), READY=1, WatchdogSec restart of a stopped linemq, softdog reset of a frozen PID 1, volatile capped journal passed"
+echo "systemd-test: systemd as PID 1 on the read-only root, the provisioning set applied (networkd, timesyncd, dropbear, TLS, passwords, an update key), READY=1, WatchdogSec restart of a stopped linemq, a signed update committed after its trial and one that exits at start rolled back, softdog reset of a frozen PID 1, volatile capped journal passed"
