@@ -242,6 +242,19 @@ wait:
 			}
 		case <-ctx.Done():
 			log.Info("shutting down", "cause", context.Cause(ctx))
+			if trial != nil {
+				// The trial's watcher ends with ctx; wait for it so that
+				// its last word and this one do not cross.
+				if err := <-trial; err == nil {
+					log.Info("update: committed: this version stays after restarts", "version", version)
+				} else if err := slots.Stopped(slot); err != nil {
+					log.Error("update: recording the stop during the trial", "err", err)
+				} else {
+					// Stopped on purpose: the next start tries this
+					// version again rather than rolling it back.
+					log.Info("update: stopped during the trial; it starts again at the next start", "version", version)
+				}
+			}
 			break wait
 		case <-g.Done():
 			break wait

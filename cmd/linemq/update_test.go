@@ -28,8 +28,10 @@ import (
 //   - a bundle signed by another key is refused and changes nothing;
 //   - a version that exits at start, and one that hangs, are each rolled
 //     back to the committed version at the next start;
-//   - a version killed (SIGKILL: a power cut) during its trial is rolled
-//     back, and the version before delivers the messages it accepted;
+//   - a version stopped with SIGTERM during its trial is tried again at
+//     the next start; killed (SIGKILL: a power cut) during its trial, it is
+//     rolled back, and the version before delivers the messages it
+//     accepted;
 //   - a version whose storage check fails during its trial gives up (exit
 //     1) and is rolled back with the reason.
 func TestUpdateTrial(t *testing.T) {
@@ -168,8 +170,16 @@ func TestUpdateTrial(t *testing.T) {
 	// A power cut during a trial: the trial version accepts messages for a
 	// persistent session, then dies; the version before comes back and
 	// delivers them.
+	// A stop on purpose (SIGTERM, as systemctl stop and a reboot send) is
+	// no failure: the next start tries the version again.
 	long := conf("1h")
 	apply(mkBundle("cut.bundle", priv, "v-cut", newData), 0)
+	d = start(t, args(long)...)
+	d.waitLine(t, line(`msg="update: on trial"`), 20*time.Second)
+	stop(d)
+	if st := state(); st.Trial != "b" || st.TrialStarts != 0 || st.LastRollback.Version != "v-hang" {
+		t.Fatalf("after a stop during the trial: %+v", st)
+	}
 	d = start(t, args(long)...)
 	addr := d.waitLine(t, listening, 20*time.Second)[1]
 	d.waitLine(t, line(`msg="update: on trial"`), 20*time.Second)

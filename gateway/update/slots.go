@@ -228,6 +228,22 @@ func (s *Slots) Commit(slot string) error {
 	return s.write(st)
 }
 
+// Stopped records that the version on trial in slot was stopped on
+// purpose (systemctl stop, a reboot) before its trial ended: that is no
+// failure, so its next start begins the trial again instead of rolling it
+// back. A power cut or a kill leaves no such record.
+func (s *Slots) Stopped(slot string) error {
+	st, err := s.Read()
+	if err != nil {
+		return err
+	}
+	if st.Trial != slot || st.TrialFailure != "" {
+		return nil
+	}
+	st.TrialStarts = 0
+	return s.write(st)
+}
+
 // Fail records why the version on trial in slot gives up; its next start
 // rolls it back with that reason.
 func (s *Slots) Fail(slot, reason string) error {

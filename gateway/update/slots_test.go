@@ -207,3 +207,23 @@ func TestWatch(t *testing.T) {
 		}
 	})
 }
+
+// TestSlotsStopped: a version stopped on purpose during its trial is tried
+// again at its next start; one that gave up is not rescued by its stop.
+func TestSlotsStopped(t *testing.T) {
+	key, trusted := testKey(t, "plant")
+	s := &Slots{Dir: t.TempDir()}
+	install(t, s, bundle(t, key, "arm64"), []Key{trusted})
+	start(t, s)
+	if err := s.Stopped("a"); err != nil {
+		t.Fatal(err)
+	}
+	if slot, rb := start(t, s); slot != "a" || rb != nil {
+		t.Fatalf("after a stop during the trial: %q, %v; want the trial again", slot, rb)
+	}
+	s.Fail("a", "storage: failed")
+	s.Stopped("a")
+	if slot, rb := start(t, s); slot != "" || rb == nil || rb.Reason != "storage: failed" {
+		t.Fatalf("a stop after giving up: %q, %+v; want the rollback", slot, rb)
+	}
+}
