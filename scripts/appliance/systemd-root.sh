@@ -6,7 +6,7 @@
 # partitions in /etc/fstab from post-build.sh) and the same units (the
 # package's and the overlay's, laid out by stage-rootfs.sh and enabled by
 # presets), with systemd as PID 1. What differs from the Buildroot image is
-# listed in docs/appliance.md ("The emulated appliance").
+# listed in docs/appliance.md ("The appliance under systemd, emulated").
 
 # The packages whose closure (Depends and Pre-Depends, no Recommends) makes
 # the root: systemd with networkd, timesyncd, udev, dropbear, and busybox
