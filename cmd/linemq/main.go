@@ -146,7 +146,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	log.Info("linemq starting", "version", version, "go", runtime.Version(), "config", *configFile)
 
 	// An installed update runs in place of this program (docs/updates.md).
-	slots := &update.Slots{Dir: filepath.Join(cfg.WithDefaults().DataDir, update.Dir)}
+	eff := cfg.WithDefaults()
+	slots := &update.Slots{Dir: filepath.Join(eff.DataDir, update.Dir)}
 	slot := os.Getenv(update.SlotEnv)
 	if slot == "" {
 		startInstalled(slots, args, log)
@@ -210,12 +211,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		log.Info("ready", args...)
 		if slot != "" {
-			trial = watchTrial(ctx, slots, slot, cfg, g, log)
+			trial = watchTrial(ctx, slots, slot, eff, g, log)
 		}
 	case <-ctx.Done():
 	case <-g.Done():
 	}
 	code := 0
+	committed := func() { log.Info("update: committed: this version stays after restarts", "version", version) }
 wait:
 	for {
 		select {
@@ -224,7 +226,7 @@ wait:
 			var failed *update.TrialFailed
 			switch {
 			case err == nil:
-				log.Info("update: committed: this version stays after restarts", "version", version)
+				committed()
 			case errors.As(err, &failed):
 				// Exiting with a failure makes systemd start linemq again,
 				// and that start brings the version before back.
@@ -246,7 +248,7 @@ wait:
 				// The trial's watcher ends with ctx; wait for it so that
 				// its last word and this one do not cross.
 				if err := <-trial; err == nil {
-					log.Info("update: committed: this version stays after restarts", "version", version)
+					committed()
 				} else if err := slots.Stopped(slot); err != nil {
 					log.Error("update: recording the stop during the trial", "err", err)
 				} else {
@@ -304,8 +306,9 @@ func startInstalled(slots *update.Slots, args []string, log *slog.Logger) {
 
 // watchTrial starts the trial of this version if it is the one on trial
 // in slot, and returns the channel its outcome arrives on (nil when this
-// version is committed already).
-func watchTrial(ctx context.Context, slots *update.Slots, slot string, cfg *config.Config, g *gateway.Gateway, log *slog.Logger) <-chan error {
+// version is committed already). e is the configuration with its
+// defaults.
+func watchTrial(ctx context.Context, slots *update.Slots, slot string, e *config.Config, g *gateway.Gateway, log *slog.Logger) <-chan error {
 	st, err := slots.Read()
 	if err != nil {
 		log.Error("update: reading the slots' state", "err", err)
@@ -314,7 +317,6 @@ func watchTrial(ctx context.Context, slots *update.Slots, slot string, cfg *conf
 	if st.Trial != slot {
 		return nil
 	}
-	e := cfg.WithDefaults()
 	trial := time.Duration(e.Update.Trial)
 	interval := time.Duration(e.Health.ProbeInterval)
 	// A failing check is given three probes to recover, as the watchdog

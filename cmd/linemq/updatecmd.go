@@ -12,12 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/linemq/linemq/gateway/config"
 	"github.com/linemq/linemq/gateway/update"
 )
-
-// DefaultUpdateKeys is where a gateway keeps the public keys it trusts to
-// sign update bundles.
-const DefaultUpdateKeys = "/etc/linemq/update-keys"
 
 const updateUsage = `Usage: linemq update keygen [-dir DIR] NAME
        linemq update bundle -key FILE -version VERSION [-arch ARCH] [-o FILE] BINARY
@@ -30,7 +27,7 @@ keygen   writes an ed25519 signing key pair, DIR/NAME.key (keep it off the
          gateways) and DIR/NAME.pub (put it in the gateways' keys directory).
 bundle   signs BINARY (a linemq build) into linemq-VERSION-ARCH.bundle; the
          architecture is read from the binary (-arch must agree with it).
-verify   checks a bundle against the trusted keys (default ` + DefaultUpdateKeys + `)
+verify   checks a bundle against the trusted keys (default ` + config.DefaultUpdateKeysDir + `)
          and the architecture (default this linemq's; -arch any skips it).
 apply    verifies a bundle and installs it into the free slot of the data
          directory (default ` + ApplianceDataDir + `), on trial from linemq's next start
@@ -157,7 +154,7 @@ func runUpdate(args []string, stdout, stderr io.Writer) int {
 			*out, *version, binArch, update.Key{Public: key.Public().(ed25519.PublicKey)}.ID())
 		return 0
 	case "verify":
-		keysDir := fs.String("keys", DefaultUpdateKeys, "the directory of trusted public keys (*.pub)")
+		keysDir := fs.String("keys", config.DefaultUpdateKeysDir, "the directory of trusted public keys (*.pub)")
 		arch := fs.String("arch", update.Arch(), `the architecture the bundle must be for ("any": no check)`)
 		if status, ok := parse(1); !ok {
 			return status
@@ -183,7 +180,7 @@ func runUpdate(args []string, stdout, stderr io.Writer) int {
 			fs.Arg(0), m.Version, m.Arch, m.Created.Format(time.RFC3339), v.Key.Name, v.Key.ID())
 		return 0
 	case "apply":
-		keysDir := fs.String("keys", DefaultUpdateKeys, "the directory of trusted public keys (*.pub)")
+		keysDir := fs.String("keys", config.DefaultUpdateKeysDir, "the directory of trusted public keys (*.pub)")
 		dataDir := fs.String("data-dir", ApplianceDataDir, "linemq's data directory")
 		arch := fs.String("arch", update.Arch(), "the architecture the bundle must be for")
 		if status, ok := parse(1); !ok {

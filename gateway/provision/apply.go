@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/linemq/linemq/internal/durable"
 )
 
 // StatusFile is the name, in the configuration directory, of the outcome
@@ -323,12 +325,10 @@ func syncTree(root string) error {
 	return err
 }
 
-func syncDir(dir string) {
-	if f, err := os.Open(dir); err == nil {
-		f.Sync()
-		f.Close()
-	}
-}
+// syncDir syncs dir's entries where it can: the steps that call it are
+// redone from the boot partition after a power cut, so a failure here
+// costs nothing.
+func syncDir(dir string) { durable.SyncDir(dir) }
 
 // removeEmptyDirs removes dir and the directories under it that are left
 // empty, deepest first.

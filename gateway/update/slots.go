@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/linemq/linemq/internal/durable"
 )
 
 // SlotEnv is the environment variable a slot's linemq is started with: the
@@ -95,7 +97,7 @@ func (s *Slots) write(st *State) error {
 	if err != nil {
 		return err
 	}
-	return writeDurably(filepath.Join(s.Dir, StateFile), append(b, '\n'), 0o640)
+	return durable.WriteFile(filepath.Join(s.Dir, StateFile), append(b, '\n'), 0o640)
 }
 
 // Install verifies the bundle read from r against keys and arch and puts
@@ -154,7 +156,7 @@ func (s *Slots) Install(r io.Reader, keys []Key, arch string) (*Verified, error)
 		os.RemoveAll(stage)
 		return nil, &Error{Reason: "it holds no linemq"}
 	}
-	if err := syncDir(stage); err != nil {
+	if err := durable.SyncDir(stage); err != nil {
 		return nil, err
 	}
 	if err := os.RemoveAll(final); err != nil {
@@ -163,7 +165,7 @@ func (s *Slots) Install(r io.Reader, keys []Key, arch string) (*Verified, error)
 	if err := os.Rename(stage, final); err != nil {
 		return nil, err
 	}
-	if err := syncDir(filepath.Dir(final)); err != nil {
+	if err := durable.SyncDir(filepath.Dir(final)); err != nil {
 		return nil, err
 	}
 	st.Trial, st.TrialVersion, st.TrialSince = slot, v.Manifest.Version, s.now().UTC()
@@ -256,46 +258,4 @@ func (s *Slots) Fail(slot, reason string) error {
 	}
 	st.TrialFailure = reason
 	return s.write(st)
-}
-
-// writeDurably writes name by way of a synced temporary file renamed over
-// it, then syncs the directory.
-func writeDurably(name string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(name)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(name)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), name); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

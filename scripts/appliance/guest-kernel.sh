@@ -1,7 +1,8 @@
 # guest-kernel.sh: sourced by appliance-test.sh and powercut-test.sh.
 #
 # Every module the scripts load, fetched together so that a fresh
-# machine downloads the kernel package once.
+# machine downloads the kernel package once; in an order that loads each
+# after the modules it needs (systemd-test's initramfs follows it).
 GUEST_MODULES=(failover net_failover virtio_mmio virtio_net softdog virtio_blk crc16 mbcache jbd2 crc32c_generic ext4 fat vfat nls_cp437 nls_ascii nls_utf8)
 
 # guest_kernel CACHE MODULE...: makes sure CACHE holds Debian's arm64 kernel

@@ -79,13 +79,15 @@ ird=$work/initramfs
 mkdir -p "$ird"/{bin,dev,proc,sys,newroot,lib/modules}
 cp "$cache/busybox" "$ird/bin/busybox"
 for m in "${GUEST_MODULES[@]}"; do cp "$cache/modules/$m.ko" "$ird/lib/modules/"; done
+# The init loads them in GUEST_MODULES' order, each after what it needs.
+echo "${GUEST_MODULES[*]}" >"$ird/lib/modules/order"
 cat >"$ird/init" <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
-for m in virtio_mmio virtio_blk crc16 mbcache jbd2 crc32c_generic ext4 failover net_failover virtio_net softdog fat vfat nls_cp437 nls_ascii nls_utf8; do
+for m in $(cat /lib/modules/order); do
 	insmod /lib/modules/$m.ko || echo "initramfs: insmod $m failed"
 done
 i=0

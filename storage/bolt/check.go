@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"go.etcd.io/bbolt"
+
+	"github.com/linemq/linemq/internal/durable"
 )
 
 // verifyFile makes sure an existing file can be read before Open writes to
@@ -271,7 +273,7 @@ func Compact(src, dst string) error {
 	}
 	err = errors.Join(err, ddb.Close())
 	if err == nil {
-		err = syncDir(filepath.Dir(dst))
+		err = durable.SyncDir(filepath.Dir(dst))
 	}
 	if err != nil {
 		_ = os.Remove(dst)
@@ -292,12 +294,3 @@ func repairCurrent(tx *bbolt.Tx) error {
 
 // compactTxSize bounds the memory Compact's transactions use.
 const compactTxSize = 4 << 20
-
-// syncDir makes a new directory entry durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
-}
