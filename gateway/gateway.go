@@ -78,6 +78,8 @@ type Options struct {
 	// makes the "provisioning" health check degraded, naming why, on the
 	// page, in /readyz's details and on the status LED.
 	Provisioned *provision.Status
+	// Update is the daemon's update slots, for the page and uploads.
+	Update UpdateOptions
 }
 
 // Gateway is a running gateway, made by Start. Its methods may be called
@@ -98,6 +100,7 @@ type Gateway struct {
 	auth      *auth.Authenticator
 	http      net.Listener // nil when disabled
 	bridges   []*bridge.Bridge
+	upd       *updater // nil without Options.Update
 	started   time.Time
 
 	serving sync.WaitGroup // one per Serve goroutine
@@ -211,6 +214,9 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		health: healthReg, cluster: cl, sparkplug: spark,
 		ready:   make(chan struct{}),
 		stopped: make(chan struct{}), trimStop: make(chan struct{}), hwStop: make(chan struct{}),
+	}
+	if opts.Update.Slots != nil {
+		g.upd = newUpdater(opts.Update, cfg.Update.KeysDir, cfg.Update.Admins, opts.Version)
 	}
 	defer func() {
 		if err != nil {
@@ -459,9 +465,14 @@ func (g *Gateway) newWeb(tracker *web.Tracker, version string) (*web.Server, err
 	}
 	var login *web.Login
 	if g.cfg.HTTPLoginRequired() {
-		login = &web.Login{Verifier: g.auth, Users: g.cfg.HTTP.Users}
+		login = &web.Login{Verifier: g.auth, Users: g.cfg.HTTP.Users, Admins: g.cfg.Update.Admins}
+	}
+	var upd web.Updater
+	if g.upd != nil {
+		upd = g.upd
 	}
 	return web.New(web.Options{
+		Update:  upd,
 		Login:   login,
 		Broker:  g.srv,
 		Health:  g.health,

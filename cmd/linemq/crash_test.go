@@ -62,6 +62,13 @@ func (c *crashTracker) plainDuplicates(limit uint64) (n int, which []uint64) {
 	return n, which
 }
 
+// has reports whether seq has been received at least once.
+func (c *crashTracker) has(seq uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen[seq] > 0
+}
+
 func (c *crashTracker) missing(acked []uint64) (missing int, dups int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -22,7 +22,10 @@
 //
 // Exit status: 0 after a shutdown by signal, 1 when the gateway failed to
 // start or failed while running, 64 for a bad command line and 78 for a bad
-// configuration (sysexits.h's EX_USAGE and EX_CONFIG). Not 2: Go's runtime
+// configuration (sysexits.h's EX_USAGE and EX_CONFIG), 75 when an update
+// uploaded through the API could not be started in place and a new start
+// is wanted (EX_TEMPFAIL). After such an upload the program normally
+// replaces itself with the new version (exec, same process). Not 2: Go's runtime
 // exits 2 after a panic or a fatal signal, the SIGABRT of systemd's
 // watchdog among them, and linemq.service must restart those while it
 // leaves a configuration that cannot start alone
@@ -89,6 +92,9 @@ var flagKeys = map[string]string{
 const (
 	exitUsage  = 64 // EX_USAGE: a bad command line
 	exitConfig = 78 // EX_CONFIG: a configuration that cannot be used
+	// exitRestart asks the service manager for a new start: an uploaded
+	// update was installed but could not be started in place.
+	exitRestart = 75 // EX_TEMPFAIL
 )
 
 func main() {
@@ -171,7 +177,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	opts := gateway.Options{Config: cfg, Logger: log, Version: version}
+	progress := new(update.Progress)
+	opts := gateway.Options{Config: cfg, Logger: log, Version: version,
+		Update: gateway.UpdateOptions{Slots: slots, Slot: slot, Trial: progress}}
 	// The outcome of the last provisioning set sits beside the
 	// configuration it made (the appliance's /etc/linemq), or, while the
 	// appliance still runs its factory file, in the directory a set would
@@ -211,13 +219,31 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		log.Info("ready", args...)
 		if slot != "" {
-			trial = watchTrial(ctx, slots, slot, eff, g, log)
+			trial = watchTrial(ctx, slots, slot, eff, g, progress, log)
 		}
 	case <-ctx.Done():
 	case <-g.Done():
 	}
 	code := 0
+	restart := false
 	committed := func() { log.Info("update: committed: this version stays after restarts", "version", version) }
+	stopTrial := func() {
+		if trial == nil {
+			return
+		}
+		// The trial's watcher ends with ctx; wait for it so that its last
+		// word and this one do not cross.
+		stop()
+		if err := <-trial; err == nil {
+			committed()
+		} else if err := slots.Stopped(slot); err != nil {
+			log.Error("update: recording the stop during the trial", "err", err)
+		} else {
+			// Stopped on purpose: the next start tries this version again
+			// rather than rolling it back.
+			log.Info("update: stopped during the trial; it starts again at the next start", "version", version)
+		}
+	}
 wait:
 	for {
 		select {
@@ -244,19 +270,14 @@ wait:
 			}
 		case <-ctx.Done():
 			log.Info("shutting down", "cause", context.Cause(ctx))
-			if trial != nil {
-				// The trial's watcher ends with ctx; wait for it so that
-				// its last word and this one do not cross.
-				if err := <-trial; err == nil {
-					committed()
-				} else if err := slots.Stopped(slot); err != nil {
-					log.Error("update: recording the stop during the trial", "err", err)
-				} else {
-					// Stopped on purpose: the next start tries this
-					// version again rather than rolling it back.
-					log.Info("update: stopped during the trial; it starts again at the next start", "version", version)
-				}
-			}
+			stopTrial()
+			break wait
+		case <-g.RestartRequested():
+			// An admin uploaded a bundle (POST /api/v1/update): stop as
+			// for SIGTERM, then start the version now on trial.
+			log.Info("update: restarting into the uploaded version")
+			stopTrial()
+			restart = true
 			break wait
 		case <-g.Done():
 			break wait
@@ -267,6 +288,14 @@ wait:
 		return 1
 	}
 	log.Info("linemq stopped")
+	if restart {
+		startInstalled(slots, args, log)
+		// Only when the new version could not be started: exiting with
+		// a failure makes systemd start linemq again, and that start
+		// finds what is to run (the version before, after a rollback).
+		log.Error("update: the uploaded version did not start; exiting so that the service manager restarts linemq")
+		return exitRestart
+	}
 	return code
 }
 
@@ -290,7 +319,7 @@ func startInstalled(slots *update.Slots, args []string, log *slog.Logger) {
 			return
 		}
 		bin := slots.Binary(slot)
-		err = syscall.Exec(bin, append([]string{bin}, args...), append(os.Environ(), update.SlotEnv+"="+slot))
+		err = syscall.Exec(bin, append([]string{bin}, args...), slotEnv(os.Environ(), slot))
 		// Exec returns only when it failed.
 		log.Error("update: starting the installed version failed", "slot", slot, "err", err)
 		if st, rerr := slots.Read(); rerr != nil || st.Trial != slot {
@@ -304,11 +333,24 @@ func startInstalled(slots *update.Slots, args []string, log *slog.Logger) {
 	}
 }
 
+// slotEnv is env with update.SlotEnv set to slot, replacing the value a
+// slot's program restarting into another slot was started with (the
+// first of two would be the one read).
+func slotEnv(env []string, slot string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, update.SlotEnv+"=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, update.SlotEnv+"="+slot)
+}
+
 // watchTrial starts the trial of this version if it is the one on trial
 // in slot, and returns the channel its outcome arrives on (nil when this
 // version is committed already). e is the configuration with its
 // defaults.
-func watchTrial(ctx context.Context, slots *update.Slots, slot string, e *config.Config, g *gateway.Gateway, log *slog.Logger) <-chan error {
+func watchTrial(ctx context.Context, slots *update.Slots, slot string, e *config.Config, g *gateway.Gateway, p *update.Progress, log *slog.Logger) <-chan error {
 	st, err := slots.Read()
 	if err != nil {
 		log.Error("update: reading the slots' state", "err", err)
@@ -324,7 +366,7 @@ func watchTrial(ctx context.Context, slots *update.Slots, slot string, e *config
 	grace := 3 * interval
 	log.Info("update: on trial", "version", version, "trial", trial, "since", st.TrialSince)
 	out := make(chan error, 1)
-	go func() { out <- slots.Watch(ctx, slot, trial, grace, min(interval, time.Second), g.Health().Healthy) }()
+	go func() { out <- slots.Watch(ctx, slot, trial, grace, min(interval, time.Second), g.Health().Healthy, p) }()
 	return out
 }
 

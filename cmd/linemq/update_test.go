@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/linemq/linemq/gateway/auth"
 	"github.com/linemq/linemq/gateway/update"
 )
 
@@ -264,6 +267,197 @@ func TestUpdateTrial(t *testing.T) {
 // if set, gets each message.
 func pahoClient(t *testing.T, addr, id string, clean bool, onMsg func(*paho.Publish)) (*paho.Client, *paho.Connack) {
 	t.Helper()
+	return pahoClientAuth(t, addr, id, "", "", clean, onMsg)
+}
+
+// TestUpdateUpload installs a bundle through the HTTP API, as a plant's
+// release tooling or an engineer with curl would: only a logged-in user of
+// update.admins may, the bundle is verified as `linemq update apply` does,
+// and the gateway then replaces itself with the new version in the same
+// process (what systemd watches stays the same), which goes on trial; a
+// persistent session's queued messages are there after the restart.
+func TestUpdateUpload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs linemq and restarts it into an update")
+	}
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	os.Mkdir(keys, 0o755)
+	priv, pub, _ := update.GenerateKey()
+	writeFile(t, filepath.Join(keys, "plant.pub"), string(pub))
+	strangerPriv, _, _ := update.GenerateKey()
+	self, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mkBundle := func(signer []byte, version string) []byte {
+		t.Helper()
+		k, err := update.ParsePrivateKey(signer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		if err := update.Write(&b, k, version, update.Arch(), time.Now(), []update.Source{{Name: "linemq", Mode: 0o755, Data: self}}); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	var pw bytes.Buffer
+	for _, u := range []string{"ops", "viewer", "plc"} {
+		h, err := auth.NewHash([]byte(u+"-pw"), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pw.WriteString(u + ":" + h + "\n")
+	}
+	writeFile(t, filepath.Join(dir, "passwd"), pw.String())
+	data := filepath.Join(dir, "data")
+	conf := func(trial string) string {
+		p := filepath.Join(dir, "linemq-"+trial+".yaml")
+		writeFile(t, p, "auth:\n  password_file: "+filepath.Join(dir, "passwd")+"\n"+
+			"update:\n  keys_dir: "+keys+"\n  trial: "+trial+"\n  admins: [ops]\n"+
+			"health:\n  probe_interval: 500ms\n  probe_timeout: 400ms\n")
+		return p
+	}
+	args := func(config string) []string {
+		return []string{"-config", config, "-data-dir", data, "-mqtt-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0", "-node-id", "upd"}
+	}
+	call := func(method, url, user, contentType string, body []byte, v any) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, url, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.SetBasicAuth(user, user+"-pw")
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Fatalf("%s %s: %v", method, url, err)
+		}
+		return resp.StatusCode
+	}
+	type status struct {
+		Configured            bool          `json:"configured"`
+		Version               string        `json:"version"`
+		RunningIn             string        `json:"running_in"`
+		Committed             string        `json:"committed"`
+		Trial                 string        `json:"trial"`
+		TrialRunning          bool          `json:"trial_running"`
+		TrialRemainingSeconds float64       `json:"trial_remaining_seconds"`
+		LastCommit            *update.Event `json:"last_commit"`
+		Uploads               bool          `json:"uploads"`
+	}
+	var errBody struct{ Error string }
+	const octets = "application/octet-stream"
+
+	long := conf("1h")
+	d := start(t, args(long)...)
+	m := d.waitLine(t, readyAddrsRE, 20*time.Second)
+	mqttAddr, api := m[1], "http://"+m[2]+"/api/v1/update"
+	var st status
+	if code := call("GET", api, "viewer", "", nil, &st); code != 200 || !st.Configured || st.RunningIn != "image" || !st.Uploads || st.Trial != "" {
+		t.Fatalf("GET /api/v1/update: %d %+v", code, st)
+	}
+
+	// A persistent session with messages queued, to find after the
+	// restart.
+	sub, _ := pahoClientAuth(t, mqttAddr, "historian", "plc", "plc-pw", false, nil)
+	if _, err := sub.Subscribe(t.Context(), &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "line/#", QoS: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	sub.Disconnect(&paho.Disconnect{})
+	pubc, _ := pahoClientAuth(t, mqttAddr, "plc", "plc", "plc-pw", true, nil)
+	const n = 10
+	for i := range n {
+		if _, err := pubc.Publish(t.Context(), &paho.Publish{Topic: "line/m", QoS: 1, Payload: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Refusals, each changing nothing.
+	good := mkBundle(priv, "v-up")
+	for _, tc := range []struct {
+		name, user, ctype string
+		body              []byte
+		code              int
+		want              string
+	}{
+		{"not an admin", "viewer", octets, good, 403, `user "viewer" is not one of update.admins`},
+		{"a form", "ops", "application/x-www-form-urlencoded", good, 415, "application/octet-stream"},
+		{"a stranger's key", "ops", octets, mkBundle(strangerPriv, "v-evil"), 422, "signed by none of the 1 trusted keys"},
+		{"cut short", "ops", octets, good[:len(good)/2], 422, "truncated"},
+	} {
+		errBody.Error = ""
+		if code := call("POST", api, tc.user, tc.ctype, tc.body, &errBody); code != tc.code || !strings.Contains(errBody.Error, tc.want) {
+			t.Errorf("%s: %d %q, want %d %q", tc.name, code, errBody.Error, tc.code, tc.want)
+		}
+	}
+	if st, err := (&update.Slots{Dir: filepath.Join(data, update.Dir)}).Read(); err != nil || st.Trial != "" {
+		t.Fatalf("after the refusals: %+v %v", st, err)
+	}
+
+	// The good bundle: installed, then the same process restarts into it.
+	var res struct {
+		Version, Slot string
+		Restarting    bool
+		SignedBy      string `json:"signed_by"`
+	}
+	if code := call("POST", api, "ops", octets, good, &res); code != 200 || res.Version != "v-up" || res.Slot != "a" || !res.Restarting || res.SignedBy != "plant" {
+		t.Fatalf("upload: %d %+v", code, res)
+	}
+	d.waitLine(t, regexp.MustCompile(`msg="update: restarting into the uploaded version"`), 20*time.Second)
+	d.waitLine(t, regexp.MustCompile(`msg="update: running the installed version" slot=a`), 20*time.Second)
+	m = d.waitLine(t, readyAddrsRE, 20*time.Second)
+	mqttAddr, api = m[1], "http://"+m[2]+"/api/v1/update"
+	select {
+	case <-d.exited:
+		t.Fatalf("the process exited instead of replacing itself: %v", d.cmd.ProcessState)
+	default:
+	}
+	if code := call("GET", api, "viewer", "", nil, &st); code != 200 || st.RunningIn != "slot a" || !st.TrialRunning || st.TrialRemainingSeconds <= 0 || st.TrialRemainingSeconds > 3600 {
+		t.Fatalf("GET during the trial: %d %+v", code, st)
+	}
+	if code := call("POST", api, "ops", octets, good, &errBody); code != 409 || !strings.Contains(errBody.Error, "is on trial since") {
+		t.Errorf("an upload during the trial: %d %q", code, errBody.Error)
+	}
+	var mu sync.Mutex
+	var got []byte
+	_, ca := pahoClientAuth(t, mqttAddr, "historian", "plc", "plc-pw", false, func(p *paho.Publish) {
+		mu.Lock()
+		got = append(got, p.Payload...)
+		mu.Unlock()
+	})
+	if !ca.SessionPresent {
+		t.Error("the session was not present after the restart into the update")
+	}
+	if !waitFor(10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= n }) {
+		t.Fatalf("after the restart the historian got %d of its %d queued messages", len(got), n)
+	}
+
+	// Stopped during the trial and started with a short one: committed.
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.exitCode(t, 10*time.Second); code != 0 {
+		t.Fatalf("exit status %d after SIGTERM", code)
+	}
+	d = start(t, args(conf("2s"))...)
+	m = d.waitLine(t, readyAddrsRE, 20*time.Second)
+	d.waitLine(t, regexp.MustCompile(`msg="update: committed`), 30*time.Second)
+	st = status{} // what the answer leaves out must read as empty
+	if code := call("GET", "http://"+m[2]+"/api/v1/update", "viewer", "", nil, &st); code != 200 || st.Committed != "v-up (slot a)" || st.Trial != "" || st.LastCommit == nil || st.LastCommit.Version != "v-up" {
+		t.Fatalf("after the commit: %d %+v", code, st)
+	}
+}
+
+// pahoClientAuth is pahoClient with a user name and password ("" for
+// none).
+func pahoClientAuth(t *testing.T, addr, id, user, password string, clean bool, onMsg func(*paho.Publish)) (*paho.Client, *paho.Connack) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
@@ -279,7 +473,11 @@ func pahoClient(t *testing.T, addr, id string, clean bool, onMsg func(*paho.Publ
 	}
 	c := paho.NewClient(cfg)
 	expiry := uint32(3600)
-	ca, err := c.Connect(ctx, &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: clean, Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}})
+	cp := &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: clean, Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}}
+	if user != "" {
+		cp.Username, cp.UsernameFlag, cp.Password, cp.PasswordFlag = user, true, []byte(password), true
+	}
+	ca, err := c.Connect(ctx, cp)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -397,6 +397,14 @@ type Update struct {
 	// healthy before it is committed; until then a crash, a hang or a
 	// failed health check brings the version before it back. Default 2m.
 	Trial Duration `yaml:"trial"`
+
+	// Admins are the users of auth.password_file who may upload a bundle
+	// through the HTTP API (POST /api/v1/update); the gateway installs it
+	// and restarts into it. Empty, the default: nobody may, and bundles
+	// are applied on the gateway with `linemq update apply`. Needs the
+	// HTTP login, and each admin must be one of http.users when that is
+	// set.
+	Admins []string `yaml:"admins"`
 }
 
 // HTTP configures the HTTP listener of the status page and API.

@@ -8,7 +8,7 @@ import (
 	"github.com/linemq/linemq/gateway/auth"
 )
 
-// TestHTTPLogin: http.login and http.users, their default and their
+// TestHTTPLogin: http.login, http.users and update.admins, their default and their
 // errors, each naming the key and the line.
 func TestHTTPLogin(t *testing.T) {
 	h, err := auth.NewHash([]byte("pw"), 10)
@@ -41,6 +41,16 @@ func TestHTTPLogin(t *testing.T) {
 			name: "bad user names", yaml: withFile + lines("http:", "  users:", "    - ops", "    - \"a:b\"", "    - ops"), required: true,
 			want: "linemq.yaml:6: http.users[1]: user name contains ':', the password file's separator\n" +
 				`linemq.yaml:7: http.users[2]: "ops" repeats http.users[0]`,
+		},
+		{name: "admins", yaml: withFile + lines("update:", "  admins: [ops]"), required: true},
+		{
+			name: "admins without a login", yaml: lines("update:", "  admins: [ops]"),
+			want: `linemq.yaml:2: update.admins: needs the HTTP login (auth.password_file, and http.login not off): an upload must come from a known user`,
+		},
+		{
+			name: "admins not among the users", yaml: withFile + lines("http:", "  users: [ops]", "update:", "  admins:", "    - ops", "    - night", "    - ops"), required: true,
+			want: `linemq.yaml:8: update.admins[1]: "night" is not one of http.users, so could not log in to upload` + "\n" +
+				`linemq.yaml:9: update.admins[2]: "ops" repeats update.admins[0]`,
 		},
 	}
 	for _, tt := range tests {

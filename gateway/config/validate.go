@@ -369,8 +369,8 @@ func (v *validator) cluster(c *Cluster) {
 	}
 }
 
-// httpLogin checks http.login and http.users: a login needs a password
-// file to check against, and the users list needs a login.
+// httpLogin checks http.login, http.users and update.admins: a login needs
+// a password file to check against, and the lists of users need a login.
 func (v *validator) httpLogin(c *Config) {
 	h := &c.HTTP
 	v.check("http.login", h.Login.check())
@@ -389,6 +389,24 @@ func (v *validator) httpLogin(c *Config) {
 			v.fail(key, fmt.Errorf("%q repeats http.users[%d]", u, j))
 		} else {
 			first[u] = i
+		}
+	}
+	admins := make(map[string]int)
+	for i, u := range c.Update.Admins {
+		key := fmt.Sprintf("update.admins[%d]", i)
+		if i == 0 && !c.HTTPLoginRequired() {
+			v.fail("update.admins", errors.New("needs the HTTP login (auth.password_file, and http.login not off): an upload must come from a known user"))
+		}
+		_, user := first[u]
+		switch err := auth.CheckUsername(u); {
+		case err != nil:
+			v.fail(key, err)
+		case admins[u] > 0:
+			v.fail(key, fmt.Errorf("%q repeats update.admins[%d]", u, admins[u]-1))
+		case len(h.Users) > 0 && !user:
+			v.fail(key, fmt.Errorf("%q is not one of http.users, so could not log in to upload", u))
+		default:
+			admins[u] = i + 1
 		}
 	}
 }

@@ -100,6 +100,17 @@ func (s *Slots) write(st *State) error {
 	return durable.WriteFile(filepath.Join(s.Dir, StateFile), append(b, '\n'), 0o640)
 }
 
+// PendingError is Install's answer while a version is on trial.
+type PendingError struct {
+	Version string
+	Since   time.Time
+}
+
+func (e *PendingError) Error() string {
+	return fmt.Sprintf("version %s is on trial since %s: wait for it to be committed or rolled back",
+		e.Version, e.Since.Format(time.RFC3339))
+}
+
 // Install verifies the bundle read from r against keys and arch and puts
 // it into the slot the committed version is not in, as the version on
 // trial from the next start. A bundle that is refused, or a write that
@@ -112,8 +123,7 @@ func (s *Slots) Install(r io.Reader, keys []Key, arch string) (*Verified, error)
 		return nil, err
 	}
 	if st.Trial != "" {
-		return nil, fmt.Errorf("version %s is on trial since %s: wait for it to be committed or rolled back",
-			st.TrialVersion, st.TrialSince.Format(time.RFC3339))
+		return nil, &PendingError{Version: st.TrialVersion, Since: st.TrialSince}
 	}
 	slot := "a"
 	if st.Committed == "a" {

@@ -162,7 +162,7 @@ func TestWatch(t *testing.T) {
 
 	t.Run("healthy", func(t *testing.T) {
 		s := newTrial(t)
-		if err := s.Watch(ctx, "a", 50*time.Millisecond, time.Second, 5*time.Millisecond, func() (bool, string) { return true, "" }); err != nil {
+		if err := s.Watch(ctx, "a", 50*time.Millisecond, time.Second, 5*time.Millisecond, func() (bool, string) { return true, "" }, nil); err != nil {
 			t.Fatal(err)
 		}
 		if st, _ := s.Read(); st.Committed != "a" {
@@ -171,7 +171,7 @@ func TestWatch(t *testing.T) {
 	})
 	t.Run("failing", func(t *testing.T) {
 		s := newTrial(t)
-		err := s.Watch(ctx, "a", time.Hour, 50*time.Millisecond, 5*time.Millisecond, func() (bool, string) { return false, "storage: disk full" })
+		err := s.Watch(ctx, "a", time.Hour, 50*time.Millisecond, 5*time.Millisecond, func() (bool, string) { return false, "storage: disk full" }, nil)
 		var tf *TrialFailed
 		if !errors.As(err, &tf) || !strings.Contains(tf.Reason, "storage: disk full") {
 			t.Fatalf("err %v", err)
@@ -190,16 +190,58 @@ func TestWatch(t *testing.T) {
 				return false, "a blip"
 			}
 			return true, ""
-		})
+		}, nil)
 		if err != nil || !sawFailure.Load() {
 			t.Fatalf("err %v, saw the failure %v", err, sawFailure.Load())
+		}
+	})
+	t.Run("progress", func(t *testing.T) {
+		s := newTrial(t)
+		var p Progress
+		if p.Snapshot(time.Now()).Running {
+			t.Fatal("a Progress nobody watches reports a trial")
+		}
+		var failing atomic.Bool
+		c, cc := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- s.Watch(c, "a", time.Hour, time.Hour, 5*time.Millisecond, func() (bool, string) {
+				if failing.Load() {
+					return false, "storage: disk full"
+				}
+				return true, ""
+			}, &p)
+		}()
+		until := func(what string, cond func(TrialProgress) bool) {
+			t.Helper()
+			deadline := time.Now().Add(10 * time.Second)
+			for !cond(p.Snapshot(time.Now())) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: %+v", what, p.Snapshot(time.Now()))
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		until("healthy", func(tp TrialProgress) bool {
+			return tp.Running && tp.Length == time.Hour && tp.HealthyFor > 0 && tp.Remaining == time.Hour-tp.HealthyFor
+		})
+		failing.Store(true)
+		until("failing", func(tp TrialProgress) bool {
+			return tp.HealthyFor == 0 && tp.Remaining == time.Hour && !tp.FailingSince.IsZero() && tp.Reason == "storage: disk full"
+		})
+		failing.Store(false)
+		until("healthy again", func(tp TrialProgress) bool { return tp.HealthyFor > 0 && tp.FailingSince.IsZero() && tp.Reason == "" })
+		cc()
+		<-done
+		if p.Snapshot(time.Now()).Running {
+			t.Error("a trial no longer watched is reported running")
 		}
 	})
 	t.Run("cancelled", func(t *testing.T) {
 		s := newTrial(t)
 		c, cc := context.WithCancel(ctx)
 		cc()
-		if err := s.Watch(c, "a", time.Hour, time.Hour, 5*time.Millisecond, func() (bool, string) { return true, "" }); !errors.Is(err, context.Canceled) {
+		if err := s.Watch(c, "a", time.Hour, time.Hour, 5*time.Millisecond, func() (bool, string) { return true, "" }, nil); !errors.Is(err, context.Canceled) {
 			t.Fatalf("err %v", err)
 		}
 		if st, _ := s.Read(); st.Trial != "a" {

@@ -46,10 +46,12 @@ func (s *Server) routes() *http.ServeMux {
 	})
 	mux.HandleFunc("GET /api/v1/sparkplug", s.handleSparkplug)
 	mux.HandleFunc("POST /api/v1/sparkplug/rebirth", s.handleRebirth)
+	mux.HandleFunc("GET /api/v1/update", s.handleUpdate)
+	mux.HandleFunc("POST /api/v1/update", s.handleUpload)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, r, http.StatusMethodNotAllowed, "the API is read-only, but for POST /api/v1/sparkplug/rebirth")
+			writeError(w, r, http.StatusMethodNotAllowed, "the API is read-only, but for POST /api/v1/sparkplug/rebirth and POST /api/v1/update")
 			return
 		}
 		writeError(w, r, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
@@ -95,6 +97,7 @@ type statusJSON struct {
 	Storage json.RawMessage `json:"storage"`
 	Cluster json.RawMessage `json:"cluster"`
 	HW      json.RawMessage `json:"hw"`
+	Update  json.RawMessage `json:"update"`
 	Bridges []bridgeJSON    `json:"bridges"`
 }
 
@@ -200,6 +203,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	out.Storage = mustJSON(s.storageJSON(st))
 	out.Cluster = mustJSON(panelJSON(s.opts.Cluster, "standalone node: no cluster configured"))
 	out.HW = mustJSON(panelJSON(s.opts.Hardware, "no hardware configured (status LEDs, watchdog)"))
+	out.Update = mustJSON(s.updateJSON())
 	out.Bridges = s.bridgesList()
 	writeJSON(w, r, http.StatusOK, out)
 }

@@ -28,6 +28,9 @@ type Login struct {
 	// Users are the users who may log in; a user the Verifier accepts
 	// but not listed here gets 403 Forbidden. Empty: every user.
 	Users []string
+	// Admins are the users who may also change the gateway through the
+	// API: upload an update bundle (update.admins). Empty: nobody.
+	Admins []string
 }
 
 // Verifier checks a login; see auth.Authenticator.Verify for the errors.

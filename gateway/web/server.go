@@ -72,6 +72,13 @@ type Options struct {
 	// a login (HTTP Basic authentication); nil serves everyone.
 	Login *Login
 
+	// Update is the gateway's update slots, for the update panel and
+	// /api/v1/update (uploads by Login.Admins); nil when this process
+	// does not manage them (an embedded gateway, tests).
+	Update Updater
+	// MaxUpload bounds an uploaded bundle; 0 is DefaultMaxUpload.
+	MaxUpload int64
+
 	// SysInterval is how often $SYS/broker/... is published; 0 disables
 	// it.
 	SysInterval time.Duration

@@ -237,6 +237,7 @@
     });
     renderCluster($("cluster"), st.cluster);
     renderHW($("hw"), st.hw);
+    renderUpdate($("update"), st.update);
     renderBridges(st.bridges || []);
     // A panel of another part goes here: a <section> in index.html and
     // one line calling renderPanel, or a renderer of its own like
@@ -290,6 +291,33 @@
           : "not fed: " + (w.reason || "health check failing") + " (since " + fmtAgo(w.since) + ")"));
     if (fed) items.push(h("dt", null, "Fed"), h("dd", { class: "mono" }, w.feeders.join(", ")));
     if ((w.errors || []).length) items.push(h("dt", null, "Errors"), h("dd", { class: "bad" }, w.errors.join("; ")));
+    patchChildren(dl, items);
+  }
+
+  // renderUpdate shows the version running and where from, the one in
+  // force after a restart, a trial and how long it has left, and the last
+  // commit and rollback (docs/updates.md).
+  function renderUpdate(dl, u) {
+    if (!u || u.configured === false) {
+      patchChildren(dl, panelItems(u, {}));
+      return;
+    }
+    const row = (label, key, text, bad) => [h("dt", null, label), h("dd", { class: bad ? "bad" : null, data: { key: key } }, text)];
+    const items = [...row("Running", "running", u.version + " · " + u.running_in), ...row("In force", "committed", u.committed)];
+    if (u.trial) {
+      let text = u.trial + " · installed " + fmtAgo(u.trial_since);
+      if (u.restart_pending) text = u.trial + " · restarting into it";
+      else if (u.trial_running && u.trial_failing) text = u.trial + " · failing for " + fmtAgo(u.trial_failing_since).replace(" ago", "") + ": " + u.trial_failing;
+      else if (u.trial_running) text = u.trial + " · healthy for " + fmtDur(u.trial_healthy_seconds) + " · commits in " + fmtDur(u.trial_remaining_seconds);
+      else text += " · goes on trial at the next start";
+      items.push(...row("On trial", "trial", text, u.trial_running && !!u.trial_failing));
+    }
+    const ev = (e) => (e ? e.version + " · " + fmtAgo(e.at) + (e.reason ? " · " + e.reason : "") : "–");
+    const c = u.last_commit, r = u.last_rollback;
+    items.push(...row("Last commit", "last-commit", ev(c)),
+      ...row("Last rollback", "last-rollback", ev(r), !!r && (!c || Date.parse(r.at) > Date.parse(c.at))),
+      ...row("Uploads", "uploads", u.uploads ? "POST /api/v1/update by update.admins" : "off (update.admins)"));
+    if (u.error) items.push(...row("Error", "error", u.error, true));
     patchChildren(dl, items);
   }
 
