@@ -64,6 +64,7 @@ func (g *Gateway) clusterPanel() web.ClusterPanel {
 	slices.SortFunc(p.Nodes, func(a, b web.ClusterNode) int { return strings.Compare(a.Name, b.Name) })
 	p.Forwards = g.srv.ForwardQueues()
 	p.Replicas = cs.Replicas
+	p.Update = cs.Update
 	return p
 }
 

@@ -216,7 +216,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		stopped: make(chan struct{}), trimStop: make(chan struct{}), hwStop: make(chan struct{}),
 	}
 	if opts.Update.Slots != nil {
-		g.upd = newUpdater(opts.Update, cfg.Update.KeysDir, cfg.Update.Admins, opts.Version)
+		g.upd = newUpdater(opts.Update, cfg.Update.KeysDir, cfg.Update.Admins, opts.Version, cl, log.With("component", "update"))
 	}
 	defer func() {
 		if err != nil {
@@ -310,6 +310,9 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		log.Warn("telling systemd the gateway is ready failed", "err", err)
 	}
 	close(g.ready)
+	if g.upd != nil {
+		g.upd.bg.Go(g.upd.settleLine)
+	}
 	log.Info("gateway started", "node_id", cfg.NodeID, "data_dir", dataDir)
 	return g, nil
 }
@@ -619,6 +622,9 @@ func (g *Gateway) Close() error {
 func (g *Gateway) stop(cause error) {
 	g.stopOnce.Do(func() {
 		start := time.Now()
+		if g.upd != nil {
+			g.upd.stop() // a wait for the line's update lock
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 		defer cancel()
 		if g.web != nil {

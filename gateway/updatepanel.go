@@ -1,10 +1,14 @@
 package gateway
 
 import (
+	"context"
+	"errors"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/linemq/linemq/gateway/cluster"
 	"github.com/linemq/linemq/gateway/update"
 	"github.com/linemq/linemq/gateway/web"
 )
@@ -23,19 +27,47 @@ type UpdateOptions struct {
 	Trial *update.Progress
 }
 
-func newUpdater(o UpdateOptions, keysDir string, admins []string, version string) *updater {
-	return &updater{opts: o, keysDir: keysDir, admins: admins, version: version, now: time.Now, restart: make(chan struct{})}
+func newUpdater(o UpdateOptions, keysDir string, admins []string, version string, cl *cluster.Cluster, log *slog.Logger) *updater {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &updater{opts: o, keysDir: keysDir, admins: admins, version: version, now: time.Now,
+		restart: make(chan struct{}), cluster: cl, log: log, ctx: ctx, cancel: cancel}
 }
 
 // RestartRequested is closed once a bundle uploaded through the API has
-// been installed: the caller then closes the gateway and starts the
-// version on trial (cmd/linemq execs it). Nil, never closed, without
-// Options.Update.
+// been installed and, on a clustered gateway, the line's update lock is
+// this gateway's: the caller then calls Restarting, closes the gateway and
+// starts the version on trial (cmd/linemq execs it). Nil, never closed,
+// without Options.Update.
 func (g *Gateway) RestartRequested() <-chan struct{} {
 	if g.upd == nil {
 		return nil
 	}
 	return g.upd.restart
+}
+
+// Restarting tells the gateway that the coming Close is a restart into a
+// new version of the same process: systemd is told the service reloads
+// (RELOADING=1) rather than stops. (Close leaves the line's update lock
+// to the new program in any case: it only stops keeping its lease alive.)
+func (g *Gateway) Restarting() {
+	if g.hw != nil {
+		g.hw.Watchdog.Restarting()
+	}
+}
+
+// UpdateCommitted tells the gateway that the version it runs was
+// committed after its trial: a clustered gateway lets go of the line's
+// update lock, so that the next gateway may update.
+func (g *Gateway) UpdateCommitted() {
+	if g.cluster == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.cluster.ReleaseUpdate(ctx, nil); err != nil {
+		// Its lease is no longer kept alive: it ends by itself.
+		g.log.Warn("update: releasing the line's update lock", "err", err, "ends_within", cluster.UpdateLockTTL)
+	}
 }
 
 // var _ guards the interface the page calls: a renamed method would
@@ -49,9 +81,16 @@ type updater struct {
 	admins  []string
 	version string
 	now     func() time.Time
-	// restart is closed once an uploaded bundle is installed: the daemon
-	// then stops the gateway and starts the new version (Gateway.Restart).
+	// restart is closed once an uploaded bundle is installed (and, with a
+	// cluster, the line's update lock taken): the daemon then stops the
+	// gateway and starts the new version (Gateway.RestartRequested).
 	restart chan struct{}
+	cluster *cluster.Cluster // nil when standalone
+	log     *slog.Logger
+	// ctx ends with the gateway: a wait for the line's lock ends with it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	bg     sync.WaitGroup // awaitLine and settleLine, ended by cancel
 
 	mu        sync.Mutex // one install at a time
 	installed bool
@@ -73,8 +112,10 @@ type updateJSON struct {
 	TrialFailingSince time.Time `json:"trial_failing_since,omitzero"`
 	TrialFailing      string    `json:"trial_failing,omitempty"`
 	// RestartPending: an uploaded bundle was installed and the gateway is
-	// restarting into it.
+	// restarting into it, or waiting for the line (WaitingForLine says
+	// why) to do so.
 	RestartPending bool          `json:"restart_pending,omitempty"`
+	WaitingForLine string        `json:"waiting_for_line,omitempty"`
 	LastCommit     *update.Event `json:"last_commit"`
 	LastRollback   *update.Event `json:"last_rollback"`
 	Uploads        bool          `json:"uploads"` // whether update.admins may upload
@@ -110,6 +151,9 @@ func (u *updater) Status() any {
 	u.mu.Lock()
 	out.RestartPending = u.installed
 	u.mu.Unlock()
+	if u.cluster != nil && out.RestartPending {
+		out.WaitingForLine = u.cluster.UpdateWaiting()
+	}
 	out.Uploads = len(u.admins) > 0
 	return out
 }
@@ -122,6 +166,9 @@ type installJSON struct {
 	SignedBy   string `json:"signed_by"`
 	KeyID      string `json:"key_id"`
 	Restarting bool   `json:"restarting"`
+	// WaitsForLine: a clustered gateway restarts once the line is whole
+	// and no other gateway of it is updating.
+	WaitsForLine bool `json:"waits_for_line,omitempty"`
 }
 
 func (u *updater) Install(r io.Reader, user string) (any, error) {
@@ -146,9 +193,80 @@ func (u *updater) Install(r io.Reader, user string) (any, error) {
 		return nil, err
 	}
 	u.installed = true
-	close(u.restart)
+	if u.cluster == nil {
+		close(u.restart)
+	} else {
+		u.bg.Go(func() { u.awaitLine(v.Manifest.Version) })
+	}
 	return installJSON{
 		Version: v.Manifest.Version, Arch: v.Manifest.Arch, Slot: st.Trial,
-		SignedBy: v.Key.Name, KeyID: v.Key.ID(), Restarting: true,
+		SignedBy: v.Key.Name, KeyID: v.Key.ID(), Restarting: true, WaitsForLine: u.cluster != nil,
 	}, nil
+}
+
+// awaitLine waits for the line's update lock, then asks for the restart.
+// If the line's update of version was halted on another gateway, the
+// installed version is given up instead. If the gateway closes first, the
+// version stays installed and goes on trial at the next start, which then
+// takes the lock if it is free (HoldUpdate).
+func (u *updater) awaitLine(version string) {
+	u.log.Info("update: waiting for the line's update lock before restarting", "version", version)
+	err := u.cluster.AcquireUpdate(u.ctx, version)
+	switch {
+	case err == nil:
+		close(u.restart)
+	case errors.Is(err, cluster.ErrUpdateHalted):
+		u.log.Warn("update: giving up the installed version: its update failed elsewhere on the line", "version", version, "reason", err)
+		if err := u.opts.Slots.Abandon(err.Error()); err != nil {
+			u.log.Error("update: giving up the installed version", "err", err)
+		}
+		u.mu.Lock()
+		u.installed = false
+		u.mu.Unlock()
+	}
+}
+
+// stop ends the background work; the gateway calls it as it stops.
+func (u *updater) stop() {
+	u.cancel()
+	u.bg.Wait()
+}
+
+// settleLine runs once the gateway is ready: a version on trial keeps the
+// line's update lock it took before its restart; otherwise an update of
+// this gateway that held the lock has ended (committed earlier, or rolled
+// back at this start), and the lock is let go, with a halt mark for the
+// rest of the line after a rollback.
+func (u *updater) settleLine() {
+	if u.cluster == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(u.ctx, 30*time.Second)
+	defer cancel()
+	st, err := u.opts.Slots.Read()
+	if err != nil {
+		u.log.Error("update: reading the slots' state", "err", err)
+		return
+	}
+	if st.Trial != "" && st.Trial == u.opts.Slot {
+		held, err := u.cluster.HoldUpdate(ctx, st.TrialVersion)
+		switch {
+		case err != nil:
+			u.log.Warn("update: keeping the line's update lock", "err", err)
+		case !held:
+			u.log.Warn("update: on trial without the line's update lock (another gateway holds it)")
+		}
+		return
+	}
+	h, err := u.cluster.UpdateHolder(ctx)
+	if err != nil || h == nil || h.Node != u.cluster.Node() {
+		return
+	}
+	var halt *cluster.UpdateHalt
+	if r := st.LastRollback; r != nil && r.Version == h.Version && !r.At.Before(h.Since) {
+		halt = &cluster.UpdateHalt{Version: r.Version, At: r.At, Reason: r.Reason}
+	}
+	if err := u.cluster.ReleaseUpdate(ctx, halt); err != nil {
+		u.log.Warn("update: releasing the line's update lock", "err", err)
+	}
 }

@@ -226,7 +226,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	code := 0
 	restart := false
-	committed := func() { log.Info("update: committed: this version stays after restarts", "version", version) }
+	committed := func() {
+		log.Info("update: committed: this version stays after restarts", "version", version)
+		g.UpdateCommitted()
+	}
 	stopTrial := func() {
 		if trial == nil {
 			return
@@ -277,6 +280,7 @@ wait:
 			// for SIGTERM, then start the version now on trial.
 			log.Info("update: restarting into the uploaded version")
 			stopTrial()
+			g.Restarting()
 			restart = true
 			break wait
 		case <-g.Done():

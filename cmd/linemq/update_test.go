@@ -286,22 +286,6 @@ func TestUpdateUpload(t *testing.T) {
 	priv, pub, _ := update.GenerateKey()
 	writeFile(t, filepath.Join(keys, "plant.pub"), string(pub))
 	strangerPriv, _, _ := update.GenerateKey()
-	self, err := os.ReadFile(binary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mkBundle := func(signer []byte, version string) []byte {
-		t.Helper()
-		k, err := update.ParsePrivateKey(signer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b bytes.Buffer
-		if err := update.Write(&b, k, version, update.Arch(), time.Now(), []update.Source{{Name: "linemq", Mode: 0o755, Data: self}}); err != nil {
-			t.Fatal(err)
-		}
-		return b.Bytes()
-	}
 	var pw bytes.Buffer
 	for _, u := range []string{"ops", "viewer", "plc"} {
 		h, err := auth.NewHash([]byte(u+"-pw"), 10)
@@ -381,7 +365,7 @@ func TestUpdateUpload(t *testing.T) {
 	}
 
 	// Refusals, each changing nothing.
-	good := mkBundle(priv, "v-up")
+	good := bundleSelf(t, priv, "v-up")
 	for _, tc := range []struct {
 		name, user, ctype string
 		body              []byte
@@ -390,7 +374,7 @@ func TestUpdateUpload(t *testing.T) {
 	}{
 		{"not an admin", "viewer", octets, good, 403, `user "viewer" is not one of update.admins`},
 		{"a form", "ops", "application/x-www-form-urlencoded", good, 415, "application/octet-stream"},
-		{"a stranger's key", "ops", octets, mkBundle(strangerPriv, "v-evil"), 422, "signed by none of the 1 trusted keys"},
+		{"a stranger's key", "ops", octets, bundleSelf(t, strangerPriv, "v-evil"), 422, "signed by none of the 1 trusted keys"},
 		{"cut short", "ops", octets, good[:len(good)/2], 422, "truncated"},
 	} {
 		errBody.Error = ""

@@ -114,6 +114,7 @@ type Cluster struct {
 	node   *Node
 	etcd   *etcdStatus
 	nodes  *lineNodes
+	upd    updateLock // this gateway's side of the line's update lock
 
 	ready   chan struct{}
 	stop    context.CancelFunc
@@ -294,7 +295,7 @@ func (c *Cluster) Bind(srv broker.ClusterInbound) error {
 	if err := c.node.reg.Start(); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
-	prefix := cmp.Or(c.opts.Etcd.Prefix, registry.DefaultPrefix(cmp.Or(c.opts.Name, registry.DefaultCluster)))
+	prefix := c.keyPrefix()
 	// An embedded member's name is a gateway's node id unless
 	// cluster.etcd.name says otherwise; only then do the member names
 	// name the line's gateways.
@@ -382,6 +383,7 @@ func (c *Cluster) Close() error {
 			c.stop()
 		}
 		c.wg.Wait()
+		c.stopUpdateKeepAlive()
 		if c.etcd != nil {
 			c.etcd.close()
 		}
@@ -476,6 +478,8 @@ type Stats struct {
 	Wills WillStats `json:"wills"`
 	// Replicas: the copies of persistent sessions (replicate.go).
 	Replicas ReplicaStats `json:"replicas"`
+	// Update: the line's update lock (updatelock.go), as last polled.
+	Update LineUpdate `json:"update"`
 }
 
 // Stats returns the registry's, the mesh's and etcd's figures, all from
@@ -496,7 +500,11 @@ func (c *Cluster) Stats() Stats {
 	}
 	if c.etcd != nil {
 		st.Etcd = c.etcd.get()
+		if u := c.etcd.update.Load(); u != nil {
+			st.Update = *u
+		}
 	}
+	st.Update.Waiting = c.UpdateWaiting()
 	return st
 }
 

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -81,6 +82,7 @@ type etcdStatus struct {
 	embedded bool // members are gateways
 	nodes    *lineNodes
 	last     atomic.Pointer[EtcdStatus]
+	update   atomic.Pointer[LineUpdate] // the update keys, as last read
 	stop     chan struct{}
 	done     chan struct{}
 }
@@ -102,6 +104,26 @@ func startEtcdStatus(cli *clientv3.Client, prefix string, embedded bool, nodes *
 		}
 	}()
 	return e
+}
+
+// readUpdate reads the line's update keys (updatelock.go).
+func (e *etcdStatus) readUpdate(ctx context.Context) {
+	resp, err := e.cli.Get(ctx, e.prefix+"update/", clientv3.WithPrefix())
+	if err != nil {
+		return
+	}
+	u := &LineUpdate{}
+	for _, kv := range resp.Kvs {
+		switch strings.TrimPrefix(string(kv.Key), e.prefix) {
+		case keyUpdateLock:
+			u.Holder = new(UpdateHolder)
+			json.Unmarshal(kv.Value, u.Holder)
+		case keyUpdateHalt:
+			u.Halted = new(UpdateHalt)
+			json.Unmarshal(kv.Value, u.Halted)
+		}
+	}
+	e.update.Store(u)
 }
 
 // get returns the last status; before the first poll, a zero one.
@@ -136,6 +158,9 @@ func (e *etcdStatus) poll() {
 	var line []string
 	if err == nil {
 		line, err = readLine(ctx, e.cli, e.prefix)
+	}
+	if err == nil {
+		e.readUpdate(ctx)
 	}
 	cancelList()
 	if err != nil {

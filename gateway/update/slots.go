@@ -256,6 +256,25 @@ func (s *Slots) Stopped(slot string) error {
 	return s.write(st)
 }
 
+// Abandon gives up the version on trial before it has started (the line's
+// update of that version was halted on another gateway): it is recorded
+// as rolled back with reason, and its slot is free for the next install.
+func (s *Slots) Abandon(reason string) error {
+	st, err := s.Read()
+	if err != nil {
+		return err
+	}
+	if st.Trial == "" {
+		return nil
+	}
+	if st.TrialStarts > 0 {
+		return fmt.Errorf("version %s has started its trial already", st.TrialVersion)
+	}
+	st.LastRollback = &Event{At: s.now().UTC(), Version: st.TrialVersion, Reason: reason}
+	st.Trial, st.TrialVersion, st.TrialSince, st.TrialStarts, st.TrialFailure = "", "", time.Time{}, 0, ""
+	return s.write(st)
+}
+
 // Fail records why the version on trial in slot gives up; its next start
 // rolls it back with that reason.
 func (s *Slots) Fail(slot, reason string) error {

@@ -269,3 +269,32 @@ func TestSlotsStopped(t *testing.T) {
 		t.Fatalf("a stop after giving up: %q, %+v; want the rollback", slot, rb)
 	}
 }
+
+// TestSlotsAbandon: a version installed and not yet started is given up as
+// rolled back; one that has started cannot be.
+func TestSlotsAbandon(t *testing.T) {
+	key, trusted := testKey(t, "plant")
+	s := &Slots{Dir: t.TempDir()}
+	if err := s.Abandon("nothing to give up"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Install(bytes.NewReader(bundle(t, key, "arm64")), []Key{trusted}, "arm64"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Abandon("halted on n1"); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.Read()
+	if st.Trial != "" || st.LastRollback == nil || st.LastRollback.Version != "v1.5.0" || st.LastRollback.Reason != "halted on n1" {
+		t.Fatalf("after Abandon: %+v", st)
+	}
+	if _, err := s.Install(bytes.NewReader(bundle(t, key, "arm64")), []Key{trusted}, "arm64"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Abandon("too late"); err == nil {
+		t.Error("a started trial was abandoned")
+	}
+}

@@ -24,6 +24,9 @@ type ClusterPanel struct {
 	// Replicas are the copies of persistent sessions: this gateway's on
 	// the others, and the others' kept here.
 	Replicas cluster.ReplicaStats `json:"replicas"`
+	// Update is the line's update: the gateway updating now, the last
+	// update halted, why this gateway waits to start its own.
+	Update cluster.LineUpdate `json:"update"`
 }
 
 // ClusterNode is one node of the cluster: from the registry (name,

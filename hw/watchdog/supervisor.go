@@ -63,6 +63,14 @@ type StatusSetter interface {
 	SetStatus(status string) error
 }
 
+// Restarter is a Feeder that tells its supervisor when the process is
+// about to replace itself with a new version rather than stop: systemd's
+// RELOADING=1 in place of STOPPING=1.
+type Restarter interface {
+	// Restarting makes the feeder's Close announce a restart.
+	Restarting()
+}
+
 // DefaultPeriod is the feeding period when no feeder knows its timeout
 // (systemd without WatchdogSec=, whose feeding is then a no-op anyway).
 const DefaultPeriod = 5 * time.Second
@@ -381,6 +389,17 @@ func (s *Supervisor) names() []string {
 		names[i] = f.String()
 	}
 	return names
+}
+
+// Restarting tells the feeders that can tell their supervisor (systemd)
+// that the coming Close is a restart of the process into a new version
+// (exec), not a stop.
+func (s *Supervisor) Restarting() {
+	for _, f := range s.feeders {
+		if r, ok := f.(Restarter); ok {
+			r.Restarting()
+		}
+	}
 }
 
 // Close stops feeding and closes the feeders in reverse order (for systemd,

@@ -6,7 +6,10 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Notifier speaks systemd's notify protocol (sd_notify(3)): READY=1,
@@ -21,6 +24,9 @@ import (
 type Notifier struct {
 	addr     *net.UnixAddr
 	watchdog time.Duration // WATCHDOG_USEC; 0: systemd is not watching
+	// restarting makes Close say RELOADING=1: the process execs a new
+	// version of itself, whose READY=1 ends the reload (Restarting).
+	restarting atomic.Bool
 }
 
 // NewNotifier returns a Notifier sending to socket: a path, or an abstract
@@ -110,8 +116,25 @@ func (n *Notifier) Feed() error {
 func (n *Notifier) Timeout() time.Duration { return n.watchdog }
 
 // Close implements Feeder: STOPPING=1, so systemd shows the unit as
-// deactivating and stops expecting WATCHDOG=1.
-func (n *Notifier) Close() error { return n.send("STOPPING=1") }
+// deactivating and stops expecting WATCHDOG=1; after Restarting,
+// RELOADING=1 instead.
+func (n *Notifier) Close() error {
+	if n.restarting.Load() {
+		// MONOTONIC_USEC, which systemd 253 and later want with it, is
+		// CLOCK_MONOTONIC, as Go's runtime clock is.
+		var ts unix.Timespec
+		unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+		return n.send("RELOADING=1\nMONOTONIC_USEC=" + strconv.FormatInt(ts.Nano()/1000, 10))
+	}
+	return n.send("STOPPING=1")
+}
+
+// Restarting implements Restarter: the process is about to replace itself
+// with another program (exec, the same process id), so Close tells systemd
+// that the service reloads rather than stops. STOPPING=1 would make
+// systemd wait for the process to exit and then count the service as
+// stopped, and the new program's READY=1 would come too late.
+func (n *Notifier) Restarting() { n.restarting.Store(true) }
 
 // String implements Feeder.
 func (n *Notifier) String() string {
@@ -128,4 +151,5 @@ var (
 	_ Feeder       = (*Notifier)(nil)
 	_ Readier      = (*Notifier)(nil)
 	_ StatusSetter = (*Notifier)(nil)
+	_ Restarter    = (*Notifier)(nil)
 )

@@ -114,6 +114,31 @@ func TestNotifierProtocol(t *testing.T) {
 	}
 }
 
+// TestNotifierRestarting: a supervisor closed for a restart into a new
+// version tells systemd RELOADING=1 with the monotonic clock, not
+// STOPPING=1.
+func TestNotifierRestarting(t *testing.T) {
+	path, recv := notifySocket(t)
+	n, err := NewNotifier(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := start(t, newGate(), n)
+	recv()
+	s.Restarting()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := recv()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "RELOADING=1\nMONOTONIC_USEC=") {
+		t.Fatalf("on Close after Restarting: %q, want RELOADING=1 and MONOTONIC_USEC", got)
+	}
+	usec, err := strconv.ParseInt(strings.TrimPrefix(got[0], "RELOADING=1\nMONOTONIC_USEC="), 10, 64)
+	if err != nil || usec <= 0 {
+		t.Errorf("MONOTONIC_USEC %q: %v", got[0], err)
+	}
+}
+
 func TestNotifierStatusOnFailure(t *testing.T) {
 	path, recv := notifySocket(t)
 	n, err := NewNotifier(path, 0)

@@ -363,6 +363,16 @@
             (c.replicas.below_count ? " · " + fmtInt(c.replicas.below_count) + " below their replica count" : " · all in step") +
             " · keeping " + fmtInt(c.replicas.held_sessions) + " for others" +
             (c.replicas.failing_over ? " · adopting the sessions of " + fmtInt(c.replicas.failing_over) + " gone gateway(s)" : ""))] : []),
+        // The line's update: one gateway at a time, while the line is whole.
+        ...(c.update && (c.update.holder || c.update.waiting) ? [
+          h("dt", null, "Update"),
+          h("dd", { data: { key: "line-update" } }, c.update.holder
+            ? c.update.holder.node + " updating to " + c.update.holder.version + " since " + fmtAgo(c.update.holder.since).replace(" ago", "")
+            : "", c.update.waiting ? (c.update.holder ? " · " : "") + "this gateway: " + c.update.waiting : "")] : []),
+        ...(c.update && c.update.halted ? [
+          h("dt", null, "Update halted"),
+          h("dd", { class: "bad", data: { key: "line-update-halted" } },
+            c.update.halted.version + " rolled back on " + c.update.halted.node + " " + fmtAgo(c.update.halted.at) + ": " + c.update.halted.reason)] : []),
         // What this gateway keeps for another one's subscribers while it
         // is away: nothing, normally.
         ...(c.forwards || []).filter((f) => f.queued || f.dropped || f.expired).flatMap((f) => [

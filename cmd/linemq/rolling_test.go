@@ -1,0 +1,394 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/linemq/linemq/broker/packet"
+	"github.com/linemq/linemq/gateway/auth"
+	"github.com/linemq/linemq/gateway/update"
+)
+
+// TestRollingUpgrade upgrades a line of three real processes, each hosting
+// an etcd member, under QoS 1 load, the way a plant would: one bundle is
+// uploaded to all three gateways at once, and the line's update lock lets
+// them restart into it one at a time, each only once the line is whole
+// again and the one before has committed its trial. The clients are
+// ordinary MQTT clients: when their gateway goes away they connect to the
+// next and resume their session. Every acknowledged publish must reach a
+// member of the share group, at most one gateway may be away at any
+// moment, and every gateway ends on the new version, committed.
+func TestRollingUpgrade(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes and an etcd quorum")
+	}
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	os.Mkdir(keys, 0o755)
+	priv, pub, _ := update.GenerateKey()
+	writeFile(t, filepath.Join(keys, "plant.pub"), string(pub))
+	h, err := auth.NewHash([]byte("ops-pw"), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "passwd"), "ops:"+h+"\n")
+	conf := filepath.Join(dir, "linemq.yaml")
+	writeFile(t, conf, "auth:\n  password_file: "+filepath.Join(dir, "passwd")+"\n  allow_anonymous: true\n"+
+		"update:\n  keys_dir: "+keys+"\n  trial: 3s\n  admins: [ops]\n")
+	// Fixed ports, so that a gateway comes back where its clients look.
+	ports := freeAddrs(t, 6)
+	mqtt, web := ports[:3], ports[3:]
+	c := &cluster3{t: t, dir: t.TempDir()}
+	peers := freeAddrs(t, 6)
+	for i := range 3 {
+		c.peers[i], c.clients[i] = "http://"+peers[2*i], "http://"+peers[2*i+1]
+		if i > 0 {
+			c.ic += ","
+		}
+		c.ic += fmt.Sprintf("n%d=%s", i+1, c.peers[i])
+	}
+	for i := range 3 {
+		args := append(c.args(i), "-config", conf, "-mqtt-listen", mqtt[i], "-http-listen", web[i])
+		c.ds[i] = start(t, args...)
+	}
+	for i := range 3 {
+		c.ready(i)
+	}
+
+	got := &crashTracker{seen: map[uint64]int{}}
+	var workers []*roamer
+	for i := range 3 {
+		workers = append(workers, startRoamer(t, mqtt, i, fmt.Sprint("w", i+1), got))
+	}
+	var pubs []*roamingPublisher
+	for i := range 3 {
+		pubs = append(pubs, startRoamingPublisher(t, mqtt, i, uint64(i+1)))
+	}
+	waitPublished := func(n int) {
+		t.Helper()
+		total := func() (s int) {
+			for _, p := range pubs {
+				s += p.count()
+			}
+			return s
+		}
+		start := total()
+		if !waitFor(time.Minute, func() bool { return total()-start >= n }) {
+			t.Fatalf("%d of %d more publishes acknowledged within a minute", total()-start, n)
+		}
+	}
+	waitPublished(300)
+
+	// Which gateways answer, every 50 ms, for the whole upgrade.
+	var (
+		awayMu  sync.Mutex
+		away    [3]time.Duration // how long each did not answer
+		maxAway int              // the most away at once
+	)
+	watchStop := make(chan struct{})
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		var since [3]time.Time
+		for {
+			select {
+			case <-watchStop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			n := 0
+			for i := range 3 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+web[i]+"/healthz", nil)
+				resp, err := http.DefaultClient.Do(req)
+				cancel()
+				up := err == nil && resp.StatusCode == 200
+				if resp != nil {
+					resp.Body.Close()
+				}
+				awayMu.Lock()
+				switch {
+				case !up && since[i].IsZero():
+					since[i] = time.Now()
+				case up && !since[i].IsZero():
+					away[i] += time.Since(since[i])
+					since[i] = time.Time{}
+				}
+				if !up {
+					n++
+				}
+				maxAway = max(maxAway, n)
+				awayMu.Unlock()
+			}
+		}
+	}()
+
+	// One bundle, to every gateway at once.
+	bundle := bundleSelf(t, priv, "v-next")
+	upgradeStart := time.Now()
+	for i := range 3 {
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://"+web[i]+"/api/v1/update", bytes.NewReader(bundle))
+		req.Header.Set("Content-Type", "application/octet-stream")
+		req.SetBasicAuth("ops", "ops-pw")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res struct {
+			Slot         string
+			WaitsForLine bool `json:"waits_for_line"`
+		}
+		json.NewDecoder(resp.Body).Decode(&res)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || res.Slot != "a" || !res.WaitsForLine {
+			t.Fatalf("upload to node %d: %d %+v", i+1, resp.StatusCode, res)
+		}
+	}
+	committed := regexp.MustCompile(`msg="update: committed`)
+	var order []string
+	var orderMu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			c.ds[i].waitLine(t, committed, 4*time.Minute)
+			orderMu.Lock()
+			order = append(order, fmt.Sprintf("n%d at %.1f s", i+1, time.Since(upgradeStart).Seconds()))
+			orderMu.Unlock()
+		})
+	}
+	wg.Wait()
+	upgrade := time.Since(upgradeStart)
+	waitPublished(300) // traffic after the last commit
+	close(watchStop)
+	<-watchDone
+
+	var acked []uint64
+	var maxWait time.Duration
+	slow := 0
+	for _, p := range pubs {
+		a, w, s := p.finish()
+		acked = append(acked, a...)
+		maxWait, slow = max(maxWait, w), slow+s
+	}
+	waitFor(time.Minute, func() bool { m, _ := got.missing(acked); return m == 0 })
+	missing, dups := got.missing(acked)
+	resumed, fresh := 0, 0
+	for _, w := range workers {
+		r, f := w.stop()
+		resumed, fresh = resumed+r, fresh+f
+	}
+	awayMu.Lock()
+	t.Logf("rolling upgrade of 3 gateways in %.1f s (commits: %s); away: n1 %.1f s, n2 %.1f s, n3 %.1f s; at most %d away at once",
+		upgrade.Seconds(), strings.Join(order, ", "), away[0].Seconds(), away[1].Seconds(), away[2].Seconds(), maxAway)
+	t.Logf("%d publishes acknowledged, %d of them never delivered; %d duplicates; longest wait for a PUBACK %v, %d publishes sent again after their gateway went; members resumed %d times with Session Present 1, %d without",
+		len(acked), missing, dups, maxWait.Round(time.Millisecond), slow, resumed, fresh)
+	if missing > 0 {
+		t.Errorf("%d acknowledged messages never reached a member", missing)
+	}
+	if maxAway > 1 {
+		t.Errorf("%d gateways were away at once", maxAway)
+	}
+	awayMu.Unlock()
+	if fresh > 0 {
+		t.Errorf("members resumed %d times with Session Present 0", fresh)
+	}
+	for i := range 3 {
+		var st struct {
+			Committed string `json:"committed"`
+			Trial     string `json:"trial"`
+		}
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", "http://"+web[i]+"/api/v1/update", nil)
+		req.SetBasicAuth("ops", "ops-pw")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if st.Committed != "v-next (slot a)" || st.Trial != "" {
+			t.Errorf("node %d after the upgrade: %+v", i+1, st)
+		}
+	}
+}
+
+// roamer is a share-group member that, when its gateway goes away, resumes
+// its session on the next one.
+type roamer struct {
+	stopping atomic.Bool
+	done     chan struct{}
+	mu       sync.Mutex
+	resumed  int // reconnections with Session Present 1
+	fresh    int // and without
+	cur      *worker
+}
+
+func startRoamer(t *testing.T, addrs []string, first int, id string, got *crashTracker) *roamer {
+	t.Helper()
+	r := &roamer{done: make(chan struct{})}
+	r.cur = startWorker(t, addrs[first], id, true, got)
+	go func() {
+		defer close(r.done)
+		i := first
+		for {
+			<-r.cur.done
+			if r.stopping.Load() {
+				return
+			}
+			for {
+				i = (i + 1) % len(addrs)
+				c, present, err := dialMQTT(addrs[i], id, false)
+				if err == nil {
+					r.mu.Lock()
+					if present {
+						r.resumed++
+					} else {
+						r.fresh++
+					}
+					r.cur = consume(c, present, got)
+					r.mu.Unlock()
+					break
+				}
+				if r.stopping.Load() {
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}()
+	return r
+}
+
+// stop ends the member and returns how often it resumed with and without
+// its session.
+func (r *roamer) stop() (resumed, fresh int) {
+	r.stopping.Store(true)
+	r.mu.Lock()
+	r.cur.conn.Conn.Close()
+	r.mu.Unlock()
+	<-r.done
+	return r.resumed, r.fresh
+}
+
+// roamingPublisher publishes numbered QoS 1 messages one at a time; when
+// its gateway goes away it connects to the next, resumes its session and
+// sends the unacknowledged message again.
+type roamingPublisher struct {
+	stop  chan struct{}
+	done  chan struct{}
+	mu    sync.Mutex
+	acked []uint64
+	wait  time.Duration // the longest wait for a PUBACK
+	again int           // publishes sent again on another connection
+}
+
+func startRoamingPublisher(t *testing.T, addrs []string, first int, tag uint64) *roamingPublisher {
+	t.Helper()
+	id := fmt.Sprint("rpub", tag)
+	c, _, err := dialMQTT(addrs[first], id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &roamingPublisher{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		defer func() { c.Conn.Close() }()
+		i := first
+		for seq := uint64(1); ; seq++ {
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			payload := []byte(strconv.FormatUint(tag*1e9+seq, 10))
+			sent := time.Now()
+			for attempt := 0; ; attempt++ {
+				if attempt > 0 {
+					p.mu.Lock()
+					p.again++
+					p.mu.Unlock()
+				}
+				pub := packet.Publish{Topic: []byte("cl/x"), QoS: 1, PacketID: uint16(seq%60000 + 1), Payload: payload}
+				if c.Write(pub.Append(nil, packet.V5)) == nil {
+					h, body, err := c.Read(30 * time.Second)
+					if err == nil && h.Type == packet.PUBACK {
+						var a packet.Ack
+						a.Decode(packet.V5, h.Type, body)
+						if a.Reason == packet.Success {
+							p.mu.Lock()
+							p.acked = append(p.acked, tag*1e9+seq)
+							p.wait = max(p.wait, time.Since(sent))
+							p.mu.Unlock()
+							break
+						}
+						time.Sleep(50 * time.Millisecond)
+						continue // refused (a gateway between states): send it again
+					}
+				}
+				c.Conn.Close()
+				for {
+					select {
+					case <-p.stop:
+						return
+					default:
+					}
+					i = (i + 1) % len(addrs)
+					var err error
+					if c, _, err = dialMQTT(addrs[i], id, false); err == nil {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		}
+	}()
+	return p
+}
+
+func (p *roamingPublisher) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.acked)
+}
+
+// finish stops p and returns what was acknowledged, the longest wait for
+// a PUBACK and how many publishes went again on another connection.
+func (p *roamingPublisher) finish() ([]uint64, time.Duration, int) {
+	close(p.stop)
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.acked), p.wait, p.again
+}
+
+// bundleSelf signs the linemq the tests run with priv (PEM) into a bundle
+// labelled version. The program makes it (linemq update bundle), not the
+// test: compressing 40 MB in a test built with -race takes a minute.
+func bundleSelf(t *testing.T, priv []byte, version string) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	key, out := filepath.Join(dir, "plant.key"), filepath.Join(dir, "self.bundle")
+	writeFile(t, key, string(priv))
+	cmd := exec.Command(binary, "update", "bundle", "-key", key, "-version", version, "-o", out, binary)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("linemq update bundle: %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
