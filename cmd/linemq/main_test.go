@@ -68,7 +68,14 @@ type daemon struct {
 // still running.
 func start(t *testing.T, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{cmd: exec.Command(binary, args...), exited: make(chan struct{})}
+	return startProgram(t, binary, args...)
+}
+
+// startProgram is start with another linemq build: an older one, which a
+// test then updates.
+func startProgram(t *testing.T, program string, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{cmd: exec.Command(program, args...), exited: make(chan struct{})}
 	d.stderr.lines = make(chan string, 1024)
 	d.cmd.Stdout = &d.stdout
 	d.cmd.Stderr = &d.stderr

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,7 +25,8 @@ import (
 )
 
 // TestRollingUpgrade upgrades a line of three real processes, each hosting
-// an etcd member, under QoS 1 load, the way a plant would: one bundle is
+// an etcd member, under QoS 1 load, the way a plant would: one bundle of
+// this build is
 // uploaded to all three gateways at once, and the line's update lock lets
 // them restart into it one at a time, each only once the line is whole
 // again and the one before has committed its trial. The clients are
@@ -32,10 +34,15 @@ import (
 // next and resume their session. Every acknowledged publish must reach a
 // member of the share group, at most one gateway may be away at any
 // moment, and every gateway ends on the new version, committed.
+//
+// The line starts on this build too, or on the build LINEMQ_UPDATE_FROM
+// names: make update-test builds the previous commit for it, so that for a
+// while the line runs two versions together, as a real upgrade does.
 func TestRollingUpgrade(t *testing.T) {
 	if testing.Short() {
 		t.Skip("processes and an etcd quorum")
 	}
+	from := cmp.Or(os.Getenv("LINEMQ_UPDATE_FROM"), binary)
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys")
 	os.Mkdir(keys, 0o755)
@@ -63,7 +70,7 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	for i := range 3 {
 		args := append(c.args(i), "-config", conf, "-mqtt-listen", mqtt[i], "-http-listen", web[i])
-		c.ds[i] = start(t, args...)
+		c.ds[i] = startProgram(t, from, args...)
 	}
 	for i := range 3 {
 		c.ready(i)
@@ -92,6 +99,7 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 	}
 	waitPublished(300)
+	fromVersion := updateStatus(t, web[0]).Version
 
 	// Which gateways answer, every 50 ms, for the whole upgrade.
 	var (
@@ -159,6 +167,25 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 	}
 	committed := regexp.MustCompile(`msg="update: committed`)
+	// Once the first gateway is on the new version, the line runs two.
+	mixed := make(chan []string, 1)
+	go func() {
+		var versions []string
+		waitFor(4*time.Minute, func() bool {
+			var p struct {
+				Nodes []struct{ Name, Version string }
+			}
+			if getPanel(web[0], "/api/v1/cluster", &p) != nil {
+				return false
+			}
+			versions = versions[:0]
+			for _, n := range p.Nodes {
+				versions = append(versions, n.Name+" "+n.Version)
+			}
+			return slices.ContainsFunc(p.Nodes, func(n struct{ Name, Version string }) bool { return n.Version == testVersion })
+		})
+		mixed <- versions
+	}()
 	var order []string
 	var orderMu sync.Mutex
 	var wg sync.WaitGroup
@@ -172,6 +199,7 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	wg.Wait()
 	upgrade := time.Since(upgradeStart)
+	versionsMidway := <-mixed
 	waitPublished(300) // traffic after the last commit
 	close(watchStop)
 	<-watchDone
@@ -206,23 +234,48 @@ func TestRollingUpgrade(t *testing.T) {
 	if fresh > 0 {
 		t.Errorf("members resumed %d times with Session Present 0", fresh)
 	}
+	t.Logf("from %s to %s; the line's versions once the first gateway had the new one: %s", fromVersion, testVersion, strings.Join(versionsMidway, ", "))
+	if fromVersion != testVersion {
+		old := slices.ContainsFunc(versionsMidway, func(v string) bool { return strings.HasSuffix(v, " "+fromVersion) })
+		if !old || !slices.ContainsFunc(versionsMidway, func(v string) bool { return strings.HasSuffix(v, " "+testVersion) }) {
+			t.Errorf("the line never ran both versions together: %v", versionsMidway)
+		}
+	}
 	for i := range 3 {
-		var st struct {
-			Committed string `json:"committed"`
-			Trial     string `json:"trial"`
-		}
-		req, _ := http.NewRequestWithContext(t.Context(), "GET", "http://"+web[i]+"/api/v1/update", nil)
-		req.SetBasicAuth("ops", "ops-pw")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		json.NewDecoder(resp.Body).Decode(&st)
-		resp.Body.Close()
-		if st.Committed != "v-next (slot a)" || st.Trial != "" {
+		if st := updateStatus(t, web[i]); st.Committed != "v-next (slot a)" || st.Trial != "" || st.Version != testVersion {
 			t.Errorf("node %d after the upgrade: %+v", i+1, st)
 		}
 	}
+}
+
+// updateStatus reads a gateway's /api/v1/update.
+func updateStatus(t *testing.T, addr string) (st struct {
+	Version   string `json:"version"`
+	Committed string `json:"committed"`
+	Trial     string `json:"trial"`
+}) {
+	t.Helper()
+	if err := getPanel(addr, "/api/v1/update", &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// getPanel reads one of the API's answers as the admin.
+func getPanel(addr, path string, v any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+path, nil)
+	req.SetBasicAuth("ops", "ops-pw")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("%s: %s", path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 // roamer is a share-group member that, when its gateway goes away, resumes
