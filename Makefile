@@ -187,7 +187,10 @@ bundle: build cross
 ## data disks): a provisioning set applied by linemq-config.service, with
 ## networkd, timesyncd and dropbear running on its files; linemq.service
 ## READY=1 under its hardening; a SIGSTOPped linemq restarted by
-## WatchdogSec=; a frozen PID 1 reset by softdog (RuntimeWatchdogSec=)
+## WatchdogSec=; update bundles committed (over SSH, and uploaded over
+## HTTP in place), rolled back (exit at start, hang, power cut during the
+## trial), refused (another key) and cut off while written; a frozen PID 1
+## reset by softdog (RuntimeWatchdogSec=)
 systemd-test: needs-systemd-test cross
 	scripts/appliance/systemd-test.sh $(BIN)/linux-arm64/linemq
 

@@ -92,9 +92,12 @@ func (c *Cluster) keyPrefix() string {
 // Whole reports whether the line may lose a gateway for an update: nil, or
 // why not. Whole is: the registry in step with etcd, every gateway of the
 // line registered, each reachable over the mesh, and, when this gateway
-// hosts an etcd member, every member but one more than the quorum up.
+// hosts an etcd member, at least one member more than etcd's quorum up.
 func (c *Cluster) Whole() error {
-	if st, why := c.node.reg.State(); why != nil {
+	if st, why := c.node.reg.State(); st != registry.Healthy {
+		if why == nil {
+			return fmt.Errorf("registry %v", st)
+		}
 		return fmt.Errorf("registry %v: %v", st, why)
 	}
 	var missing []string

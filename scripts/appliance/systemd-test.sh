@@ -20,7 +20,12 @@
 #      signed update bundle, installed over SSH with linemq update apply,
 #      runs from its slot on the noexec data partition, goes on trial and
 #      is committed; one whose program exits at start is rolled back by
-#      systemd's restart and the slots alone;
+#      systemd's restart and the slots alone; one signed by another key is
+#      refused; one uploaded over HTTP by the set's admin replaces linemq
+#      in the same process (a reload to systemd) and is committed; one that
+#      hangs is ended by TimeoutStartSec= and rolled back; a power cut
+#      (QEMU killed, then booted again on its disks) during a trial rolls
+#      it back, and one while a bundle is written changes nothing;
 #   5. PID 1 frozen (its cgroup frozen): nothing feeds the hardware
 #      watchdog (softdog, RuntimeWatchdogSec=15s) and the guest is reset;
 #   6. the boot disk, read on the host afterwards, holds none of the set's
@@ -125,9 +130,9 @@ grep -E 'linemq provision' "$work/steps.log" | sed 's/^/  | /'
 # The test's own additions: the emulated board's status LED (line 4 of
 # its PL061; line 3 is QEMU's power button), not optional, so that
 # linemq must reach the GPIO chip through the unit's DevicePolicy=closed;
-# an SSH key for the test to log in with; an update signing key and a
-# short update trial.
-printf 'hw:\n  leds:\n    status: {gpio: gpiochip0/4}\nupdate:\n  trial: 10s\n' >>"$set/linemq.yaml"
+# an SSH key for the test to log in with; an update signing key, a short
+# update trial and scada as the admin who may upload bundles.
+printf 'hw:\n  leds:\n    status: {gpio: gpiochip0/4}\nupdate:\n  trial: 10s\n  admins: [scada]\n' >>"$set/linemq.yaml"
 ssh-keygen -q -t ed25519 -N '' -C linemq-test -f "$work/id_ed25519"
 cp "$work/id_ed25519.pub" "$set/linemq/authorized_keys"
 mkdir -p "$set/linemq/update-keys"
@@ -143,39 +148,59 @@ mkfs.ext4 -q -F -L linemq-data -m 0 "$work/data.ext4"
 # --- boot
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 guest() { # guest CMD...: runs CMD in the guest over SSH, as root, with the set's key
-	timeout 60 ssh -q -i "$work/id_ed25519" -p "$sshp" -o BatchMode=yes -o StrictHostKeyChecking=no \
-		-o UserKnownHostsFile=/dev/null -o ConnectTimeout=20 root@127.0.0.1 "$@"
+	# ssh's own failures (255: no connection; dropbear is restarted when
+	# the set's keys are applied) are tried again; the command's are not.
+	local rc=0 try
+	for try in 1 2 3; do
+		timeout 60 ssh -q -i "$work/id_ed25519" -p "$sshp" -o BatchMode=yes -o StrictHostKeyChecking=no \
+			-o UserKnownHostsFile=/dev/null -o ConnectTimeout=20 root@127.0.0.1 "$@" && return 0 || rc=$?
+		[ "$rc" -eq 255 ] || return "$rc"
+		sleep 2
+	done
+	return "$rc"
 }
 mqtt=$(free_port)
 mqtts=$(free_port)
 http=$(free_port)
 sshp=$(free_port)
-step "booting systemd: qemu-system-aarch64 -M virt (MQTT 127.0.0.1:$mqtt, MQTTS $mqtts, HTTP $http, SSH $sshp)"
-start=$SECONDS
-qemu-system-aarch64 -M virt -cpu cortex-a53 -smp 2 -m 768 -nographic -no-reboot \
-	-kernel "$cache/vmlinuz" -initrd "$work/initrd.gz" \
-	-append "console=ttyAMA0 panic=-1 loglevel=4 systemd.journald.forward_to_console=1" \
-	-drive "if=none,id=root,format=raw,file=$work/root.ext4" -device virtio-blk-device,drive=root \
-	-drive "if=none,id=boot,format=raw,file=$work/boot.vfat" -device virtio-blk-device,drive=boot \
-	-drive "if=none,id=data,format=raw,file=$work/data.ext4" -device virtio-blk-device,drive=data \
-	-netdev "user,id=n0,restrict=on,net=10.0.0.0/24,host=10.0.0.1,dhcpstart=10.0.0.50,hostfwd=tcp:127.0.0.1:$mqtt-10.0.0.11:1883,hostfwd=tcp:127.0.0.1:$mqtts-10.0.0.11:8883,hostfwd=tcp:127.0.0.1:$http-10.0.0.11:8080,hostfwd=tcp:127.0.0.1:$sshp-10.0.0.11:22" \
-	-device virtio-net-device,netdev=n0 \
-	</dev/null >"$work/console.log" 2>&1 &
-qpid=$!
-deadline=$((SECONDS + ${APPLIANCE_BOOT_TIMEOUT:-240}))
-until curl -fsS -o /dev/null "http://127.0.0.1:$http/readyz" 2>/dev/null; do
-	kill -0 "$qpid" 2>/dev/null || fail "QEMU exited during boot"
-	[ $SECONDS -lt $deadline ] || fail "no /readyz within ${APPLIANCE_BOOT_TIMEOUT:-240} s"
-	sleep 0.5
-done
-echo "  /readyz 200 after $((SECONDS - start)) s"
+# boot LABEL: starts QEMU on the three disks and waits for /readyz and
+# an SSH login; a power cut is a SIGKILL of QEMU, and the next boot finds
+# the disks as the guest had left them.
+boot() {
+	step "booting systemd ($1): qemu-system-aarch64 -M virt (MQTT 127.0.0.1:$mqtt, MQTTS $mqtts, HTTP $http, SSH $sshp)"
+	start=$SECONDS
+	qemu-system-aarch64 -M virt -cpu cortex-a53 -smp 2 -m 768 -nographic -no-reboot \
+		-kernel "$cache/vmlinuz" -initrd "$work/initrd.gz" \
+		-append "console=ttyAMA0 panic=-1 loglevel=4 systemd.journald.forward_to_console=1" \
+		-drive "if=none,id=root,format=raw,file=$work/root.ext4" -device virtio-blk-device,drive=root \
+		-drive "if=none,id=boot,format=raw,file=$work/boot.vfat" -device virtio-blk-device,drive=boot \
+		-drive "if=none,id=data,format=raw,file=$work/data.ext4" -device virtio-blk-device,drive=data \
+		-netdev "user,id=n0,restrict=on,net=10.0.0.0/24,host=10.0.0.1,dhcpstart=10.0.0.50,hostfwd=tcp:127.0.0.1:$mqtt-10.0.0.11:1883,hostfwd=tcp:127.0.0.1:$mqtts-10.0.0.11:8883,hostfwd=tcp:127.0.0.1:$http-10.0.0.11:8080,hostfwd=tcp:127.0.0.1:$sshp-10.0.0.11:22" \
+		-device virtio-net-device,netdev=n0 \
+		</dev/null >"$work/console.log" 2>&1 &
+	qpid=$!
+	deadline=$((SECONDS + ${APPLIANCE_BOOT_TIMEOUT:-240}))
+	until curl -fsS -o /dev/null "http://127.0.0.1:$http/readyz" 2>/dev/null; do
+		kill -0 "$qpid" 2>/dev/null || fail "QEMU exited during boot"
+		[ $SECONDS -lt $deadline ] || fail "no /readyz within ${APPLIANCE_BOOT_TIMEOUT:-240} s"
+		sleep 0.5
+	done
+	echo "  /readyz 200 after $((SECONDS - start)) s"
+	until guest true 2>/dev/null; do
+		[ $SECONDS -lt $deadline ] || fail "no SSH login with the set's key"
+		sleep 1
+	done
+}
+# power_cut: QEMU killed at once.
+power_cut() {
+	kill -KILL "$qpid"
+	wait "$qpid" 2>/dev/null || true
+	qpid=
+}
+boot "first boot"
 grep -E 'initramfs:|systemd\[1\]: (systemd [0-9]|Using hardware watchdog|Watchdog running)' "$work/console.log" | sed 's/^/  console | /' | cut -c1-200 || true
 
 step "systemd is PID 1; the set applied; networkd, timesyncd and dropbear running with its files"
-until guest true 2>/dev/null; do
-	[ $SECONDS -lt $deadline ] || fail "no SSH login with the set's key"
-	sleep 1
-done
 pid1=$(guest cat /proc/1/comm)
 [ "$pid1" = systemd ] || fail "PID 1 is $pid1"
 echo "  ssh root@ with the set's key: PID 1 is $pid1 ($(guest systemctl --version | head -1))"
@@ -322,6 +347,96 @@ guest linemq update status | sed 's/^/  | /'
 guest linemq update status | grep -q '^in force: v-upd (slot a)' || fail "v-upd is not in force after the rollback"
 echo "  rolled back and serving $((SECONDS - t0)) s after the restart; systemd restarted linemq $(($(guest systemctl show -p NRestarts --value linemq.service) - restarts)) time(s)"
 
+step "updates: a bundle signed by another key is refused and changes nothing"
+"$pc/bin/linemq" update keygen -dir "$work" stranger >/dev/null
+"$pc/bin/linemq" update bundle -key "$work/stranger.key" -version v-evil -o "$work/evil.bundle" "$bin" >/dev/null
+guest 'cat >/tmp/evil.bundle' <"$work/evil.bundle"
+if guest linemq update apply /tmp/evil.bundle >"$work/evil.out" 2>&1; then fail "a bundle signed by another key was installed"; fi
+sed 's/^/  | /' "$work/evil.out"
+grep -q 'signed by none of the 1 trusted keys' "$work/evil.out" || fail "the refusal does not say why"
+guest linemq update status >"$work/status" && sed 's/^/  | /' "$work/status"
+grep -q '^in force: v-upd (slot a)' "$work/status" && ! grep -q '^on trial' "$work/status" || fail "the refused bundle changed the slots"
+
+step "updates: uploaded through the HTTP API by an admin; linemq replaces itself in the same process (systemd sees a reload, not a stop) and commits"
+"$pc/bin/linemq" update bundle -key "$work/plant.key" -version v-http -o "$work/http.bundle" "$bin" >/dev/null
+pid0=$(guest systemctl show -p MainPID --value linemq.service)
+restarts=$(guest systemctl show -p NRestarts --value linemq.service)
+t0=$SECONDS
+curl -fsS -u scada:s3cret -H 'Content-Type: application/octet-stream' --data-binary @"$work/http.bundle" \
+	"http://127.0.0.1:$http/api/v1/update" >"$work/upload" || fail "the upload was refused: $(cat "$work/upload")"
+sed 's/^/  | /' "$work/upload"; echo
+deadline=$((SECONDS + 120))
+until guest linemq update status | grep -q '^in force: v-http (slot b)'; do
+	[ $SECONDS -lt $deadline ] || fail "the uploaded version was not committed within 120 s"
+	sleep 2
+done
+guest journalctl -b --no-pager -o cat -u linemq.service | grep -E 'msg="update: (bundle uploaded|restarting|running|on trial|committed)|Reload|reload' |
+	tail -6 | sed 's/^/  | /' | cut -c1-200
+pid1=$(guest systemctl show -p MainPID --value linemq.service)
+[ "$pid1" = "$pid0" ] || fail "linemq's main process changed ($pid0, then $pid1): it was restarted, not replaced in place"
+[ "$(guest systemctl show -p NRestarts --value linemq.service)" = "$restarts" ] || fail "systemd restarted linemq for the upload"
+[ "$(guest systemctl is-active linemq.service)" = active ] || fail "linemq.service is $(guest systemctl is-active linemq.service) after the upload"
+echo "  committed $((SECONDS - t0)) s after the upload; main PID $pid1 throughout, no restart by systemd"
+
+step "updates: a version that hangs at start (never READY=1) is killed by TimeoutStartSec= and rolled back by itself"
+# A Go program (bundles carry Go builds: the architecture is read from
+# the build information) that sleeps and never tells systemd it is ready.
+mkdir -p "$work/hang"
+printf 'package main\n\nimport "time"\n\nfunc main() { time.Sleep(time.Hour) }\n' >"$work/hang/main.go"
+(cd "$work/hang" && CGO_ENABLED=0 GOOS=linux GOARCH=arm64 GOFLAGS= go build -o "$work/hang/hang" main.go)
+"$pc/bin/linemq" update bundle -key "$work/plant.key" -version v-hang -o "$work/hang.bundle" "$work/hang/hang" >/dev/null
+guest 'cat >/tmp/hang.bundle' <"$work/hang.bundle"
+guest linemq update apply /tmp/hang.bundle | sed 's/^/  | /' || fail "linemq update apply refused the hanging bundle"
+guest systemctl reset-failed linemq.service
+t0=$SECONDS
+guest systemctl restart --no-block linemq.service
+deadline=$((SECONDS + 240))
+until guest linemq update status | grep -q '^last rollback: v-hang' &&
+	[ "$(guest systemctl is-active linemq.service)" = active ] &&
+	curl -fsS -o /dev/null "http://127.0.0.1:$http/readyz" 2>/dev/null; do
+	[ $SECONDS -lt $deadline ] || fail "the version that hangs was not rolled back within 240 s"
+	sleep 3
+done
+guest journalctl -b --no-pager -o cat -u linemq.service | grep -E 'timed out|Failed with result|rolled back' | tail -3 | sed 's/^/  | /' | cut -c1-200
+guest linemq update status | sed 's/^/  | /'
+guest linemq update status | grep -q '^in force: v-http (slot b)' || fail "v-http is not in force after the hang's rollback"
+echo "  rolled back and serving $((SECONDS - t0)) s after the restart (TimeoutStartSec=90s)"
+
+step "updates: a power cut during a trial: the next boot rolls the version back"
+"$pc/bin/linemq" update bundle -key "$work/plant.key" -version v-cut -o "$work/cut.bundle" "$bin" >/dev/null
+guest 'cat >/tmp/cut.bundle' <"$work/cut.bundle"
+guest linemq update apply /tmp/cut.bundle | sed 's/^/  | /' || fail "linemq update apply refused v-cut"
+guest systemctl restart --no-block linemq.service
+deadline=$((SECONDS + 60))
+until guest linemq update status | grep -q '^on trial: v-cut .*started 1 time'; do
+	[ $SECONDS -lt $deadline ] || fail "v-cut did not start its trial within 60 s"
+	sleep 1
+done
+guest linemq update status | sed 's/^/  | /'
+power_cut
+echo "  power cut (QEMU killed) with v-cut started on its trial (update.trial 10s)"
+boot "after the power cut during the trial"
+guest journalctl -b --no-pager -o cat -u linemq.service | grep -E 'msg="update: (rolled back|running)' | sed 's/^/  | /' | cut -c1-200
+guest linemq update status >"$work/status" && sed 's/^/  | /' "$work/status"
+grep -q '^last rollback: v-cut' "$work/status" && grep -q '^in force: v-http (slot b)' "$work/status" ||
+	fail "the version cut off during its trial was not rolled back"
+
+step "updates: a power cut while a bundle is being written: the version in force stays, the next install works"
+# The writer is frozen (SIGSTOP) once the program's first bytes are in
+# its staging directory, so that the cut comes mid-write whatever the
+# disk's speed.
+guest 'cat >/tmp/cut.bundle' <"$work/cut.bundle"
+guest 'linemq update apply /tmp/cut.bundle >/dev/null 2>&1 & p=$!; while [ ! -s /var/lib/linemq/update/slots/a.new/linemq ]; do kill -0 $p 2>/dev/null || break; done; kill -STOP $p; ls -l /var/lib/linemq/update/slots/a.new/; sync' |
+	sed 's/^/  | /'
+power_cut
+echo "  power cut with the bundle half written into slots/a.new"
+boot "after the power cut while writing"
+guest linemq update status >"$work/status" && sed 's/^/  | /' "$work/status"
+grep -q '^in force: v-http (slot b)' "$work/status" && ! grep -q '^on trial' "$work/status" ||
+	fail "the power cut while writing changed the version in force or left a trial"
+guest 'cat >/tmp/cut.bundle' <"$work/cut.bundle"
+guest linemq update apply /tmp/cut.bundle | sed 's/^/  | /' || fail "the install after the cut failed"
+
 step "PID 1 frozen: nothing feeds softdog (RuntimeWatchdogSec=15s), the guest must be reset"
 guest 'echo 1 >/sys/fs/cgroup/init.scope/cgroup.freeze'
 t0=$SECONDS
@@ -340,4 +455,4 @@ if mdir -i "$work/boot.vfat" -/ -b :: | grep -Eq '::/(linemq\.yaml|linemq/)'; th
 mdir -i "$work/boot.vfat" -b :: | grep -q 'linemq-applied.txt' || fail "no linemq-applied.txt on the boot disk"
 
 echo
-echo "systemd-test: systemd as PID 1 on the read-only root, the provisioning set applied (networkd, timesyncd, dropbear, TLS, passwords, an update key), READY=1, WatchdogSec restart of a stopped linemq, a signed update committed after its trial and one that exits at start rolled back, softdog reset of a frozen PID 1, volatile capped journal passed"
+echo "systemd-test: systemd as PID 1 on the read-only root, the provisioning set applied (networkd, timesyncd, dropbear, TLS, passwords, an update key), READY=1, WatchdogSec restart of a stopped linemq, a signed update committed after its trial, one that exits at start and one that hangs rolled back, one signed by another key refused, one uploaded over HTTP replacing linemq in place and committed, power cuts during a trial (rolled back) and while writing (nothing changed), softdog reset of a frozen PID 1, volatile capped journal passed"
