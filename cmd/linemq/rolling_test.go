@@ -43,38 +43,8 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Skip("processes and an etcd quorum")
 	}
 	from := cmp.Or(os.Getenv("LINEMQ_UPDATE_FROM"), binary)
-	dir := t.TempDir()
-	keys := filepath.Join(dir, "keys")
-	os.Mkdir(keys, 0o755)
-	priv, pub, _ := update.GenerateKey()
-	writeFile(t, filepath.Join(keys, "plant.pub"), string(pub))
-	h, err := auth.NewHash([]byte("ops-pw"), 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(dir, "passwd"), "ops:"+h+"\n")
-	conf := filepath.Join(dir, "linemq.yaml")
-	writeFile(t, conf, "auth:\n  password_file: "+filepath.Join(dir, "passwd")+"\n  allow_anonymous: true\n"+
-		"update:\n  keys_dir: "+keys+"\n  trial: 3s\n  admins: [ops]\n")
-	// Fixed ports, so that a gateway comes back where its clients look.
-	ports := freeAddrs(t, 6)
-	mqtt, web := ports[:3], ports[3:]
-	c := &cluster3{t: t, dir: t.TempDir()}
-	peers := freeAddrs(t, 6)
-	for i := range 3 {
-		c.peers[i], c.clients[i] = "http://"+peers[2*i], "http://"+peers[2*i+1]
-		if i > 0 {
-			c.ic += ","
-		}
-		c.ic += fmt.Sprintf("n%d=%s", i+1, c.peers[i])
-	}
-	for i := range 3 {
-		args := append(c.args(i), "-config", conf, "-mqtt-listen", mqtt[i], "-http-listen", web[i])
-		c.ds[i] = startProgram(t, from, args...)
-	}
-	for i := range 3 {
-		c.ready(i)
-	}
+	line := startUpdateLine(t, from)
+	c, mqtt, web, priv := line.c, line.mqtt, line.web, line.priv
 
 	got := &crashTracker{seen: map[uint64]int{}}
 	var workers []*roamer
@@ -149,21 +119,8 @@ func TestRollingUpgrade(t *testing.T) {
 	bundle := bundleSelf(t, priv, "v-next")
 	upgradeStart := time.Now()
 	for i := range 3 {
-		req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://"+web[i]+"/api/v1/update", bytes.NewReader(bundle))
-		req.Header.Set("Content-Type", "application/octet-stream")
-		req.SetBasicAuth("ops", "ops-pw")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res struct {
-			Slot         string
-			WaitsForLine bool `json:"waits_for_line"`
-		}
-		json.NewDecoder(resp.Body).Decode(&res)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || res.Slot != "a" || !res.WaitsForLine {
-			t.Fatalf("upload to node %d: %d %+v", i+1, resp.StatusCode, res)
+		if code, waits := line.upload(t, i, bundle); code != 200 || !waits {
+			t.Fatalf("upload to n%d: %d, waits for the line %v", i+1, code, waits)
 		}
 	}
 	committed := regexp.MustCompile(`msg="update: committed`)
@@ -444,4 +401,155 @@ func bundleSelf(t *testing.T, priv []byte, version string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// updateLine is three gateways, each hosting an etcd member, on fixed
+// ports (a gateway comes back where its clients look), with an admin who
+// may upload bundles signed by priv.
+type updateLine struct {
+	c         *cluster3
+	mqtt, web []string
+	priv      []byte
+	args      [3][]string
+}
+
+func startUpdateLine(t *testing.T, program string) *updateLine {
+	t.Helper()
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	os.Mkdir(keys, 0o755)
+	priv, pub, _ := update.GenerateKey()
+	writeFile(t, filepath.Join(keys, "plant.pub"), string(pub))
+	h, err := auth.NewHash([]byte("ops-pw"), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "passwd"), "ops:"+h+"\n")
+	conf := filepath.Join(dir, "linemq.yaml")
+	writeFile(t, conf, "auth:\n  password_file: "+filepath.Join(dir, "passwd")+"\n  allow_anonymous: true\n"+
+		"update:\n  keys_dir: "+keys+"\n  trial: 3s\n  admins: [ops]\n")
+	ports := freeAddrs(t, 6)
+	l := &updateLine{c: &cluster3{t: t, dir: t.TempDir()}, mqtt: ports[:3], web: ports[3:], priv: priv}
+	c := l.c
+	peers := freeAddrs(t, 6)
+	for i := range 3 {
+		c.peers[i], c.clients[i] = "http://"+peers[2*i], "http://"+peers[2*i+1]
+		if i > 0 {
+			c.ic += ","
+		}
+		c.ic += fmt.Sprintf("n%d=%s", i+1, c.peers[i])
+	}
+	for i := range 3 {
+		l.args[i] = append(c.args(i), "-config", conf, "-mqtt-listen", l.mqtt[i], "-http-listen", l.web[i])
+		c.ds[i] = startProgram(t, program, l.args[i]...)
+	}
+	for i := range 3 {
+		c.ready(i)
+	}
+	return l
+}
+
+// upload sends bundle to gateway i as the admin and returns the status
+// code and whether the gateway said it waits for the line.
+func (l *updateLine) upload(t *testing.T, i int, bundle []byte) (int, bool) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://"+l.web[i]+"/api/v1/update", bytes.NewReader(bundle))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.SetBasicAuth("ops", "ops-pw")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res struct {
+		WaitsForLine bool `json:"waits_for_line"`
+	}
+	json.NewDecoder(resp.Body).Decode(&res)
+	return resp.StatusCode, res.WaitsForLine
+}
+
+// TestRollingUpgradeHalted: a bundle whose program exits at start is
+// uploaded to a whole line. The first gateway to take the line's update
+// lock restarts into it; it exits, and its next start (the test stands in
+// for systemd's Restart=) rolls it back and lets go of the lock with a
+// halt mark; the two other gateways, waiting with the same version
+// installed, give it up rather than try it in turn. The line never has
+// more than that one gateway away.
+func TestRollingUpgradeHalted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes and an etcd quorum")
+	}
+	l := startUpdateLine(t, binary)
+	k, _ := update.ParsePrivateKey(l.priv)
+	var b bytes.Buffer
+	script := []byte("#!/bin/sh\necho 'v-bad: exiting at start' >&2\nexit 3\n")
+	if err := update.Write(&b, k, "v-bad", update.Arch(), time.Now(), []update.Source{{Name: "linemq", Mode: 0o755, Data: script}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if code, waits := l.upload(t, i, b.Bytes()); code != 200 || !waits {
+			t.Fatalf("upload to n%d: %d, waits for the line %v", i+1, code, waits)
+		}
+	}
+	// The gateway that took the lock exits; systemd would start it again.
+	var first int
+	select {
+	case <-l.c.ds[0].exited:
+		first = 0
+	case <-l.c.ds[1].exited:
+		first = 1
+	case <-l.c.ds[2].exited:
+		first = 2
+	case <-time.After(2 * time.Minute):
+		t.Fatal("no gateway restarted into the bad version")
+	}
+	if code := l.c.ds[first].exitCode(t, time.Second); code != 3 {
+		t.Fatalf("n%d exited %d, want the bad version's 3", first+1, code)
+	}
+	l.c.ds[first] = start(t, l.args[first]...)
+	l.c.ds[first].waitLine(t, regexp.MustCompile(`msg="update: rolled back" version=v-bad`), 30*time.Second)
+	l.c.ds[first].waitLine(t, regexp.MustCompile(`msg="update: released the line's update lock and halted the line's update" .*version=v-bad`), 60*time.Second)
+	for i := range 3 {
+		if i == first {
+			continue
+		}
+		l.c.ds[i].waitLine(t, regexp.MustCompile(`msg="update: giving up the installed version: its update failed elsewhere on the line" .*version=v-bad`), time.Minute)
+		select {
+		case <-l.c.ds[i].exited:
+			t.Fatalf("n%d restarted", i+1)
+		default:
+		}
+	}
+	for i := range 3 {
+		var st struct {
+			Version   string `json:"version"`
+			Committed string `json:"committed"`
+			Trial     string `json:"trial"`
+			Last      *struct {
+				Version, Reason string
+			} `json:"last_rollback"`
+		}
+		if err := getPanel(l.web[i], "/api/v1/update", &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Trial != "" || st.Last == nil || st.Last.Version != "v-bad" {
+			t.Errorf("n%d: %+v", i+1, st)
+		} else {
+			t.Logf("n%d: last rollback of v-bad: %s", i+1, st.Last.Reason)
+		}
+		if i != first && !strings.Contains(st.Last.Reason, "halted on n"+strconv.Itoa(first+1)) {
+			t.Errorf("n%d gave v-bad up for another reason: %q", i+1, st.Last.Reason)
+		}
+	}
+	var panel struct {
+		Update struct {
+			Holder *struct{ Node string }
+			Halted *struct{ Node, Version string }
+		}
+	}
+	if !waitFor(15*time.Second, func() bool {
+		return getPanel(l.web[0], "/api/v1/cluster", &panel) == nil && panel.Update.Halted != nil && panel.Update.Holder == nil
+	}) {
+		t.Errorf("the cluster panel's update: %+v", panel.Update)
+	}
 }
