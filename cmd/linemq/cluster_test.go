@@ -158,6 +158,19 @@ type cluster3 struct {
 var readyAddrsRE = regexp.MustCompile(`msg=ready .*mqtt=(\S+)(?: http=(\S+))?`)
 
 func startCluster3(t *testing.T, extra ...string) *cluster3 {
+	c := newCluster3(t, extra...)
+	for i := range 3 {
+		c.ds[i] = start(t, c.args(i)...)
+	}
+	for i := range 3 {
+		c.ready(i)
+	}
+	return c
+}
+
+// newCluster3 chooses the etcd members' addresses of a line of three;
+// nothing runs yet.
+func newCluster3(t *testing.T, extra ...string) *cluster3 {
 	c := &cluster3{t: t, dir: t.TempDir(), extra: extra}
 	addrs := freeAddrs(t, 6)
 	for i := range 3 {
@@ -166,12 +179,6 @@ func startCluster3(t *testing.T, extra ...string) *cluster3 {
 			c.ic += ","
 		}
 		c.ic += fmt.Sprintf("n%d=%s", i+1, c.peers[i])
-	}
-	for i := range 3 {
-		c.ds[i] = start(t, c.args(i)...)
-	}
-	for i := range 3 {
-		c.ready(i)
 	}
 	return c
 }

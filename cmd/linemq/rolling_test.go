@@ -429,16 +429,8 @@ func startUpdateLine(t *testing.T, program string) *updateLine {
 	writeFile(t, conf, "auth:\n  password_file: "+filepath.Join(dir, "passwd")+"\n  allow_anonymous: true\n"+
 		"update:\n  keys_dir: "+keys+"\n  trial: 3s\n  admins: [ops]\n")
 	ports := freeAddrs(t, 6)
-	l := &updateLine{c: &cluster3{t: t, dir: t.TempDir()}, mqtt: ports[:3], web: ports[3:], priv: priv}
+	l := &updateLine{c: newCluster3(t), mqtt: ports[:3], web: ports[3:], priv: priv}
 	c := l.c
-	peers := freeAddrs(t, 6)
-	for i := range 3 {
-		c.peers[i], c.clients[i] = "http://"+peers[2*i], "http://"+peers[2*i+1]
-		if i > 0 {
-			c.ic += ","
-		}
-		c.ic += fmt.Sprintf("n%d=%s", i+1, c.peers[i])
-	}
 	for i := range 3 {
 		l.args[i] = append(c.args(i), "-config", conf, "-mqtt-listen", l.mqtt[i], "-http-listen", l.web[i])
 		c.ds[i] = startProgram(t, program, l.args[i]...)
