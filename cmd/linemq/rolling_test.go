@@ -172,9 +172,10 @@ func TestRollingUpgrade(t *testing.T) {
 	waitFor(time.Minute, func() bool { m, _ := got.missing(acked); return m == 0 })
 	missing, dups := got.missing(acked)
 	resumed, fresh := 0, 0
+	var freshAt []string
 	for _, w := range workers {
 		r, f := w.stop()
-		resumed, fresh = resumed+r, fresh+f
+		resumed, fresh, freshAt = resumed+r, fresh+f, append(freshAt, w.freshAt...)
 	}
 	awayMu.Lock()
 	t.Logf("rolling upgrade of 3 gateways in %.1f s (commits: %s); away: n1 %.1f s, n2 %.1f s, n3 %.1f s; at most %d away at once",
@@ -189,7 +190,7 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	awayMu.Unlock()
 	if fresh > 0 {
-		t.Errorf("members resumed %d times with Session Present 0", fresh)
+		t.Errorf("members resumed %d times with Session Present 0: %s", fresh, strings.Join(freshAt, "; "))
 	}
 	t.Logf("from %s to %s; the line's versions once the first gateway had the new one: %s", fromVersion, testVersion, strings.Join(versionsMidway, ", "))
 	if fromVersion != testVersion {
@@ -243,6 +244,7 @@ type roamer struct {
 	mu       sync.Mutex
 	resumed  int // reconnections with Session Present 1
 	fresh    int // and without
+	freshAt  []string
 	cur      *worker
 }
 
@@ -267,6 +269,7 @@ func startRoamer(t *testing.T, addrs []string, first int, id string, got *crashT
 						r.resumed++
 					} else {
 						r.fresh++
+						r.freshAt = append(r.freshAt, fmt.Sprintf("%s on n%d at %s", id, i+1, time.Now().Format("15:04:05.000")))
 					}
 					r.cur = consume(c, present, got)
 					r.mu.Unlock()

@@ -350,8 +350,20 @@ func (n *Node) claim(ctx context.Context, clientID string, cleanStart bool, will
 		// The copy may not show yet a claim another node made a moment
 		// ago; claiming on its word would take the session over empty.
 		// One read from etcd settles it (when etcd answers).
-		if lo, lok, err := n.reg.LookupSession(ctx, clientID); err == nil {
+		if lo, lok, rev, err := n.reg.LookupSessionAt(ctx, clientID); err == nil {
 			o, ok = lo, lok
+			if !ok && n.held != nil {
+				// Nobody owns it in etcd: perhaps its owner's lease has
+				// just ended (a gateway stopping for an update, or dead),
+				// which this copy may not have delivered yet. Once it
+				// has, the fail-over that adopts the session is known
+				// below (held.pending) rather than missed, and the
+				// session not started empty (TestRollingUpgrade saw a
+				// member resume with Session Present 0 so once in CI).
+				wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				n.reg.AwaitRevision(wctx, rev)
+				cancel()
+			}
 		}
 	}
 	if !ok && !cleanStart && n.held != nil && n.held.pending() {

@@ -263,18 +263,44 @@ func (r *Registry) failQueued(err error) {
 // may be a moment late for: a client resuming here a session that another
 // node took only just now, whose record the watch has not brought yet.
 func (r *Registry) LookupSession(ctx context.Context, client string) (Owner, bool, error) {
+	o, ok, _, err := r.LookupSessionAt(ctx, client)
+	return o, ok, err
+}
+
+// LookupSessionAt is LookupSession that also returns the etcd revision the
+// record was read at: a caller that finds no owner can wait for its copy
+// to reach it (AwaitRevision), and so for the events that came with the
+// record's deletion (a node's lease ending takes its node and its
+// sessions' records in one revision).
+func (r *Registry) LookupSessionAt(ctx context.Context, client string) (Owner, bool, int64, error) {
 	resp, err := r.opts.Client.Get(ctx, r.keys.session(client))
 	if err != nil {
-		return Owner{}, false, err
+		return Owner{}, false, 0, err
 	}
+	rev := resp.Header.Revision
 	if len(resp.Kvs) == 0 {
-		return Owner{}, false, nil
+		return Owner{}, false, rev, nil
 	}
 	var v sessionValue
 	if err := json.Unmarshal(resp.Kvs[0].Value, &v); err != nil {
-		return Owner{}, false, fmt.Errorf("registry: session record of %q: %w", client, err)
+		return Owner{}, false, rev, fmt.Errorf("registry: session record of %q: %w", client, err)
 	}
 	o := v.owner()
 	o.Revision = resp.Kvs[0].ModRevision
-	return o, true, nil
+	return o, true, rev, nil
+}
+
+// AwaitRevision waits until this node's copy has delivered every event up
+// to rev, or ctx ends (its error).
+func (r *Registry) AwaitRevision(ctx context.Context, rev int64) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for r.delivered.Load() < rev {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
 }
