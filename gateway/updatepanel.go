@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/linemq/linemq/gateway/cluster"
@@ -92,8 +93,8 @@ type updater struct {
 	cancel context.CancelFunc
 	bg     sync.WaitGroup // awaitLine and settleLine, ended by cancel
 
-	mu        sync.Mutex // one install at a time
-	installed bool
+	installing sync.Mutex  // one install at a time
+	installed  atomic.Bool // a bundle installed, the restart requested or awaited
 }
 
 // updateJSON is the update panel.
@@ -148,9 +149,7 @@ func (u *updater) Status() any {
 			out.TrialFailingSince, out.TrialFailing = tp.FailingSince, tp.Reason
 		}
 	}
-	u.mu.Lock()
-	out.RestartPending = u.installed
-	u.mu.Unlock()
+	out.RestartPending = u.installed.Load()
 	if u.cluster != nil && out.RestartPending {
 		out.WaitingForLine = u.cluster.UpdateWaiting()
 	}
@@ -172,9 +171,9 @@ type installJSON struct {
 }
 
 func (u *updater) Install(r io.Reader, user string) (any, error) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.installed {
+	u.installing.Lock()
+	defer u.installing.Unlock()
+	if u.installed.Load() {
 		st, _ := u.opts.Slots.Read()
 		return nil, &update.PendingError{Version: st.TrialVersion, Since: st.TrialSince}
 	}
@@ -192,7 +191,7 @@ func (u *updater) Install(r io.Reader, user string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	u.installed = true
+	u.installed.Store(true)
 	if u.cluster == nil {
 		close(u.restart)
 	} else {
@@ -220,9 +219,7 @@ func (u *updater) awaitLine(version string) {
 		if err := u.opts.Slots.Abandon(err.Error()); err != nil {
 			u.log.Error("update: giving up the installed version", "err", err)
 		}
-		u.mu.Lock()
-		u.installed = false
-		u.mu.Unlock()
+		u.installed.Store(false)
 	}
 }
 
