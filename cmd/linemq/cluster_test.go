@@ -322,7 +322,7 @@ func (p *publisher) count() int {
 // flow waits until the publishers have had n more publishes acknowledged
 // between them: the traffic before, during and after a fault is counted in
 // messages, not in seconds, so that a slow machine sees as much of it.
-func flow(t *testing.T, pubs []*publisher, n int) {
+func flow[P interface{ count() int }](t *testing.T, pubs []P, n int) {
 	t.Helper()
 	total := func() int {
 		s := 0

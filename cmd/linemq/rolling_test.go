@@ -55,20 +55,7 @@ func TestRollingUpgrade(t *testing.T) {
 	for i := range 3 {
 		pubs = append(pubs, startRoamingPublisher(t, mqtt, i, uint64(i+1)))
 	}
-	waitPublished := func(n int) {
-		t.Helper()
-		total := func() (s int) {
-			for _, p := range pubs {
-				s += p.count()
-			}
-			return s
-		}
-		start := total()
-		if !waitFor(time.Minute, func() bool { return total()-start >= n }) {
-			t.Fatalf("%d of %d more publishes acknowledged within a minute", total()-start, n)
-		}
-	}
-	waitPublished(300)
+	flow(t, pubs, 300)
 	fromVersion := updateStatus(t, web[0]).Version
 
 	// Which gateways answer, every 50 ms, for the whole upgrade.
@@ -157,7 +144,7 @@ func TestRollingUpgrade(t *testing.T) {
 	wg.Wait()
 	upgrade := time.Since(upgradeStart)
 	versionsMidway := <-mixed
-	waitPublished(300) // traffic after the last commit
+	flow(t, pubs, 300) // traffic after the last commit
 	close(watchStop)
 	<-watchDone
 
@@ -388,14 +375,22 @@ func (p *roamingPublisher) finish() ([]uint64, time.Duration, int) {
 }
 
 // bundleSelf signs the linemq the tests run with priv (PEM) into a bundle
-// labelled version. The program makes it (linemq update bundle), not the
-// test: compressing 40 MB in a test built with -race takes a minute.
+// labelled version.
 func bundleSelf(t *testing.T, priv []byte, version string) []byte {
+	t.Helper()
+	return bundleProgram(t, priv, version, binary)
+}
+
+// bundleProgram signs program, a linemq build, with priv (PEM) into a
+// bundle labelled version. The program makes it (linemq update bundle),
+// not the test: compressing 40 MB in a test built with -race takes a
+// minute.
+func bundleProgram(t *testing.T, priv []byte, version, program string) []byte {
 	t.Helper()
 	dir := t.TempDir()
 	key, out := filepath.Join(dir, "plant.key"), filepath.Join(dir, "self.bundle")
 	writeFile(t, key, string(priv))
-	cmd := exec.Command(binary, "update", "bundle", "-key", key, "-version", version, "-o", out, binary)
+	cmd := exec.Command(binary, "update", "bundle", "-key", key, "-version", version, "-o", out, program)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("linemq update bundle: %v\n%s", err, b)
 	}

@@ -47,10 +47,6 @@ func TestUpdateTrial(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the new linemq: %v\n%s", err, out)
 	}
-	newData, err := os.ReadFile(newBin)
-	if err != nil {
-		t.Fatal(err)
-	}
 	keys := filepath.Join(dir, "keys")
 	os.Mkdir(keys, 0o755)
 	priv, pub, _ := update.GenerateKey()
@@ -68,6 +64,12 @@ func TestUpdateTrial(t *testing.T) {
 		}
 		p := filepath.Join(dir, name)
 		writeFile(t, p, b.String())
+		return p
+	}
+	saveBundle := func(name string, b []byte) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		writeFile(t, p, string(b))
 		return p
 	}
 	data := filepath.Join(dir, "data")
@@ -107,7 +109,7 @@ func TestUpdateTrial(t *testing.T) {
 
 	// A good version: on trial, committed, then in force.
 	short := conf("2s")
-	out := apply(mkBundle("good.bundle", priv, "v-new", newData), 0)
+	out := apply(saveBundle("good.bundle", bundleProgram(t, priv, "v-new", newBin)), 0)
 	if !strings.Contains(out, "installed in slot a") {
 		t.Errorf("apply said %q", out)
 	}
@@ -125,7 +127,7 @@ func TestUpdateTrial(t *testing.T) {
 	stop(d)
 
 	// Signed by a key the gateway does not trust: refused, nothing changed.
-	if out := apply(mkBundle("stranger.bundle", strangerPriv, "v-evil", newData), 1); !strings.Contains(out, "signed by none of the 1 trusted keys") {
+	if out := apply(saveBundle("stranger.bundle", bundleProgram(t, strangerPriv, "v-evil", newBin)), 1); !strings.Contains(out, "signed by none of the 1 trusted keys") {
 		t.Errorf("apply of a stranger's bundle said %q", out)
 	}
 	if st := state(); st.Trial != "" || st.Committed != "a" {
@@ -176,7 +178,7 @@ func TestUpdateTrial(t *testing.T) {
 	// A stop on purpose (SIGTERM, as systemctl stop and a reboot send) is
 	// no failure: the next start tries the version again.
 	long := conf("1h")
-	apply(mkBundle("cut.bundle", priv, "v-cut", newData), 0)
+	apply(saveBundle("cut.bundle", bundleProgram(t, priv, "v-cut", newBin)), 0)
 	d = start(t, args(long)...)
 	d.waitLine(t, line(`msg="update: on trial"`), 20*time.Second)
 	stop(d)
@@ -227,7 +229,7 @@ func TestUpdateTrial(t *testing.T) {
 	slots.Dir = filepath.Join(data, update.Dir)
 	full := filepath.Join(dir, "linemq-full.yaml")
 	writeFile(t, full, "update:\n  keys_dir: "+keys+"\n  trial: 1h\nhealth:\n  probe_interval: 500ms\n  probe_timeout: 400ms\nstorage:\n  max_size: 2MiB\n")
-	apply(mkBundle("full.bundle", priv, "v-full", newData), 0)
+	apply(saveBundle("full.bundle", bundleProgram(t, priv, "v-full", newBin)), 0)
 	d = start(t, args(full)...)
 	addr = d.waitLine(t, listening, 20*time.Second)[1]
 	d.waitLine(t, line(`msg="update: on trial"`), 20*time.Second)
