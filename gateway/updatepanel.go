@@ -133,8 +133,12 @@ func (u *updater) Status() any {
 		out.Error = err.Error()
 		return out
 	}
-	if st.Committed != "" {
+	switch {
+	case st.Committed != "" && st.OnImage(u.opts.Slots.Image):
 		out.Committed = st.CommittedVersion + " (slot " + st.Committed + ")"
+	case st.Committed != "":
+		// The root file system was replaced since (docs/updates.md).
+		out.Committed = "the image's linemq (" + st.CommittedVersion + " in slot " + st.Committed + " was committed on image " + st.CommittedImage + ")"
 	}
 	out.LastCommit, out.LastRollback = st.LastCommit, st.LastRollback
 	if st.Trial != "" {

@@ -153,7 +153,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	// An installed update runs in place of this program (docs/updates.md).
 	eff := cfg.WithDefaults()
-	slots := &update.Slots{Dir: filepath.Join(eff.DataDir, update.Dir)}
+	// The program systemd starts is the root file system's own; the
+	// versions it starts learn its version from ImageEnv.
+	image := os.Getenv(update.ImageEnv)
+	if image == "" {
+		image = version
+	}
+	slots := &update.Slots{Dir: filepath.Join(eff.DataDir, update.Dir), Image: image}
 	slot := os.Getenv(update.SlotEnv)
 	if slot == "" {
 		startInstalled(slots, args, log)
@@ -320,10 +326,14 @@ func startInstalled(slots *update.Slots, args []string, log *slog.Logger) {
 			return
 		}
 		if slot == "" {
+			if st, err := slots.Read(); err == nil && st.Committed != "" && !st.OnImage(slots.Image) {
+				log.Info("update: the root file system's linemq replaces the committed version, which was committed on another image",
+					"image", slots.Image, "committed_version", st.CommittedVersion, "committed_on", st.CommittedImage)
+			}
 			return
 		}
 		bin := slots.Binary(slot)
-		err = syscall.Exec(bin, append([]string{bin}, args...), slotEnv(os.Environ(), slot))
+		err = syscall.Exec(bin, append([]string{bin}, args...), slotEnv(os.Environ(), slot, slots.Image))
 		// Exec returns only when it failed.
 		log.Error("update: starting the installed version failed", "slot", slot, "err", err)
 		if st, rerr := slots.Read(); rerr != nil || st.Trial != slot {
@@ -337,17 +347,17 @@ func startInstalled(slots *update.Slots, args []string, log *slog.Logger) {
 	}
 }
 
-// slotEnv is env with update.SlotEnv set to slot, replacing the value a
-// slot's program restarting into another slot was started with (the
-// first of two would be the one read).
-func slotEnv(env []string, slot string) []string {
-	out := make([]string, 0, len(env)+1)
+// slotEnv is env with update.SlotEnv set to slot and update.ImageEnv to
+// image, replacing the values a slot's program restarting into another
+// slot was started with (the first of two would be the one read).
+func slotEnv(env []string, slot, image string) []string {
+	out := make([]string, 0, len(env)+2)
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, update.SlotEnv+"=") {
+		if !strings.HasPrefix(kv, update.SlotEnv+"=") && !strings.HasPrefix(kv, update.ImageEnv+"=") {
 			out = append(out, kv)
 		}
 	}
-	return append(out, update.SlotEnv+"="+slot)
+	return append(out, update.SlotEnv+"="+slot, update.ImageEnv+"="+image)
 }
 
 // watchTrial starts the trial of this version if it is the one on trial

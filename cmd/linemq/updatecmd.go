@@ -218,9 +218,16 @@ func runUpdate(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail("%v", err)
 		}
+		image := os.Getenv(update.ImageEnv)
+		if image == "" {
+			image = version
+		}
 		in := "the image's linemq"
-		if st.Committed != "" {
+		switch {
+		case st.Committed != "" && st.OnImage(image):
 			in = fmt.Sprintf("%s (slot %s)", st.CommittedVersion, st.Committed)
+		case st.Committed != "":
+			in = fmt.Sprintf("the image's linemq %s (%s in slot %s was committed on image %s)", image, st.CommittedVersion, st.Committed, st.CommittedImage)
 		}
 		fmt.Fprintf(stdout, "in force: %s\n", in)
 		if st.Trial != "" {

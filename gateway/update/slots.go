@@ -18,6 +18,11 @@ import (
 // does not look for another to start) and which slot it runs from.
 const SlotEnv = "LINEMQ_SLOT"
 
+// ImageEnv carries the version of the root file system's own linemq (the
+// program systemd starts) to the installed versions it starts, and on to
+// the ones they restart into: see Slots.Image.
+const ImageEnv = "LINEMQ_IMAGE_VERSION"
+
 // Dir is the update directory's name in the data directory.
 const Dir = "update"
 
@@ -30,6 +35,13 @@ const StateFile = "state.json"
 // the other takes a new version, first on trial.
 type Slots struct {
 	Dir string
+	// Image is the version of the root file system's own linemq, or ""
+	// when it is not known. A version is committed on top of one image:
+	// once the root file system carries another linemq (the whole image
+	// was updated, by RAUC on the appliance), that one runs instead of
+	// the committed version, which comes back only if the image it was
+	// committed on does (the image update was rolled back).
+	Image string
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -40,6 +52,9 @@ type State struct {
 	// for the image's own linemq.
 	Committed        string `json:"committed,omitempty"`
 	CommittedVersion string `json:"committed_version,omitempty"`
+	// CommittedImage is the image's linemq the committed version was
+	// tried and committed on (Slots.Image); "" runs it on any image.
+	CommittedImage string `json:"committed_image,omitempty"`
 	// Trial is the slot of a version installed and not yet committed.
 	Trial        string    `json:"trial,omitempty"`
 	TrialVersion string    `json:"trial_version,omitempty"`
@@ -47,6 +62,8 @@ type State struct {
 	// TrialStarts counts how often the trial version was started: a second
 	// start means the first ended before its trial did.
 	TrialStarts int `json:"trial_starts,omitempty"`
+	// TrialImage is the image's linemq the trial started on.
+	TrialImage string `json:"trial_image,omitempty"`
 	// TrialFailure is why the trial version gave up, written by it before
 	// it exits (a failed health check); empty for a crash or a hang.
 	TrialFailure string `json:"trial_failure,omitempty"`
@@ -179,7 +196,7 @@ func (s *Slots) Install(r io.Reader, keys []Key, arch string) (*Verified, error)
 		return nil, err
 	}
 	st.Trial, st.TrialVersion, st.TrialSince = slot, v.Manifest.Version, s.now().UTC()
-	st.TrialStarts, st.TrialFailure = 0, ""
+	st.TrialStarts, st.TrialFailure, st.TrialImage = 0, "", ""
 	if err := s.write(st); err != nil {
 		return nil, err
 	}
@@ -200,7 +217,7 @@ func (s *Slots) Start() (slot string, rollback *Event, err error) {
 	}
 	if st.Trial != "" {
 		if st.TrialStarts == 0 {
-			st.TrialStarts = 1
+			st.TrialStarts, st.TrialImage = 1, s.Image
 			if err := s.write(st); err != nil {
 				return "", nil, err
 			}
@@ -212,10 +229,13 @@ func (s *Slots) Start() (slot string, rollback *Event, err error) {
 		}
 		rollback = &Event{At: s.now().UTC(), Version: st.TrialVersion, Reason: reason}
 		st.LastRollback = rollback
-		st.Trial, st.TrialVersion, st.TrialSince, st.TrialStarts, st.TrialFailure = "", "", time.Time{}, 0, ""
+		st.Trial, st.TrialVersion, st.TrialSince, st.TrialStarts, st.TrialFailure, st.TrialImage = "", "", time.Time{}, 0, "", ""
 		if err := s.write(st); err != nil {
 			return "", nil, err
 		}
+	}
+	if st.Committed != "" && !st.OnImage(s.Image) {
+		return "", rollback, nil
 	}
 	if st.Committed != "" {
 		if _, err := os.Stat(s.Binary(st.Committed)); err != nil {
@@ -223,6 +243,13 @@ func (s *Slots) Start() (slot string, rollback *Event, err error) {
 		}
 	}
 	return st.Committed, rollback, nil
+}
+
+// OnImage reports whether the committed version is to run on the image
+// whose linemq is image: it was committed on that image, or either is
+// unknown.
+func (st *State) OnImage(image string) bool {
+	return st.CommittedImage == "" || image == "" || st.CommittedImage == image
 }
 
 // Commit makes the version on trial in slot the one in force.
@@ -234,9 +261,9 @@ func (s *Slots) Commit(slot string) error {
 	if st.Trial != slot {
 		return fmt.Errorf("slot %s is not on trial (the state says %q)", slot, st.Trial)
 	}
-	st.Committed, st.CommittedVersion = st.Trial, st.TrialVersion
+	st.Committed, st.CommittedVersion, st.CommittedImage = st.Trial, st.TrialVersion, st.TrialImage
 	st.LastCommit = &Event{At: s.now().UTC(), Version: st.TrialVersion}
-	st.Trial, st.TrialVersion, st.TrialSince, st.TrialStarts, st.TrialFailure = "", "", time.Time{}, 0, ""
+	st.Trial, st.TrialVersion, st.TrialSince, st.TrialStarts, st.TrialFailure, st.TrialImage = "", "", time.Time{}, 0, "", ""
 	return s.write(st)
 }
 
@@ -271,7 +298,7 @@ func (s *Slots) Abandon(reason string) error {
 		return fmt.Errorf("version %s has started its trial already", st.TrialVersion)
 	}
 	st.LastRollback = &Event{At: s.now().UTC(), Version: st.TrialVersion, Reason: reason}
-	st.Trial, st.TrialVersion, st.TrialSince, st.TrialStarts, st.TrialFailure = "", "", time.Time{}, 0, ""
+	st.Trial, st.TrialVersion, st.TrialSince, st.TrialStarts, st.TrialFailure, st.TrialImage = "", "", time.Time{}, 0, "", ""
 	return s.write(st)
 }
 

@@ -3,6 +3,7 @@ package update
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -296,5 +297,60 @@ func TestSlotsAbandon(t *testing.T) {
 	}
 	if err := s.Abandon("too late"); err == nil {
 		t.Error("a started trial was abandoned")
+	}
+}
+
+// TestSlotsImage: a version is committed on top of the image whose linemq
+// started its trial. When the root file system is replaced (RAUC on the
+// appliance) and carries another linemq, that one runs, not the version
+// committed on the old image; rolling the image back brings the committed
+// version back. A state written before images were recorded runs on any.
+func TestSlotsImage(t *testing.T) {
+	key, trusted := testKey(t, "plant")
+	dir := t.TempDir()
+	onImage := func(image string) *Slots { return &Slots{Dir: dir, Image: image} }
+	install(t, onImage("v1.4.0"), bundle(t, key, "arm64"), []Key{trusted})
+	if slot, _ := start(t, onImage("v1.4.0")); slot != "a" {
+		t.Fatalf("the trial: %q", slot)
+	}
+	// The trial version itself commits, knowing the image from ImageEnv.
+	if err := onImage("v1.4.0").Commit("a"); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := onImage("").Read()
+	if st.CommittedImage != "v1.4.0" {
+		t.Fatalf("committed on %q, want v1.4.0", st.CommittedImage)
+	}
+	if slot, _ := start(t, onImage("v1.4.0")); slot != "a" {
+		t.Fatalf("on its own image the committed version runs: %q", slot)
+	}
+	// A new root file system with linemq v1.6.0: the image's runs.
+	if slot, rb := start(t, onImage("v1.6.0")); slot != "" || rb != nil {
+		t.Fatalf("on another image: %q, %v; want the image's linemq", slot, rb)
+	}
+	if st, _ := onImage("").Read(); st.Committed != "a" || st.OnImage("v1.6.0") || !st.OnImage("v1.4.0") {
+		t.Fatalf("the committed version's record changed: %+v", st)
+	}
+	// The image update rolled back: the version committed on it is back.
+	if slot, _ := start(t, onImage("v1.4.0")); slot != "a" {
+		t.Fatalf("back on v1.4.0: %q, want a", slot)
+	}
+	// Unknown on either side: run it, as before images were recorded.
+	if slot, _ := start(t, onImage("")); slot != "a" {
+		t.Fatalf("image unknown: %q", slot)
+	}
+	st, _ = onImage("").Read()
+	st.CommittedImage = ""
+	b, _ := json.Marshal(st)
+	writeState(t, dir, b)
+	if slot, _ := start(t, onImage("v1.6.0")); slot != "a" {
+		t.Fatalf("a state without committed_image on another image: %q, want a", slot)
+	}
+}
+
+func writeState(t *testing.T, dir string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, StateFile), b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
