@@ -161,10 +161,14 @@ dist-check:
 ## sdimage-smoke: the appliance's SD card image assembled with Debian's
 ## genimage from the arm64 build, the overlay and the units (no kernel),
 ## then its partitions opened with mtools and debugfs to check the layout,
-## the files and their modes
-SDIMAGE_BOARD ?= rpi4_64
+## the files and their modes; for each of SDIMAGE_BOARDS: rpi4_64 is the
+## A/B card of the tryboot boards, with its RAUC bundle checked by
+## Debian's rauc; rpi3_64 the single-root card
+SDIMAGE_BOARDS ?= rpi4_64 rpi3_64
 sdimage-smoke: needs-sdimage-smoke cross
-	scripts/appliance/sdimage-smoke.sh $(BIN)/linux-arm64/linemq $(SDIMAGE_BOARD)
+	@for b in $(SDIMAGE_BOARDS); do \
+	  scripts/appliance/sdimage-smoke.sh $(BIN)/linux-arm64/linemq $$b || exit 1; \
+	done
 
 ## appliance-test: the arm64 build booted under qemu-system-aarch64 -M virt
 ## (Debian's arm64 kernel, cached; busybox initramfs): /readyz, status page,

@@ -15,15 +15,23 @@
 #   5. the board's post-image.sh (genimage) writes sdcard.img;
 #   6. the partition table is read from the MBR; the FAT partition is read
 #      with mtools, the ext4 ones with debugfs.
+# A board whose defconfig adds the tryboot overlay (Raspberry Pi 4/5) gets
+# the A/B card (buildroot/board/linemq/tryboot): the overlay is laid out
+# too, a throwaway certificate authority stands in for the plant's, and
+# besides the card's seven partitions the RAUC bundle post-image.sh signs
+# is checked with Debian's rauc: accepted with the plant's keyring and the
+# image's system.conf, refused with another's.
 # Needs genimage, mtools, dosfstools, e2fsprogs, systemd (systemctl)
-# (Debian packages) and qemu-user-static to run the ARM binary; checked
-# first (needs.sh). sdimage-smoke.sh --needs only checks.
+# (Debian packages) and qemu-user-static to run the ARM binary, and for the
+# A/B boards rauc, squashfs-tools and openssl; checked first (needs.sh).
+# sdimage-smoke.sh --needs only checks.
 set -euo pipefail
 
 "$(dirname "$0")/needs.sh" sdimage-smoke \
 	genimage:genimage mkfs.vfat:dosfstools mcopy:mtools minfo:mtools mdir:mtools mtype:mtools mlabel:mtools \
 	mkfs.ext4:e2fsprogs mke2fs:e2fsprogs debugfs:e2fsprogs dumpe2fs:e2fsprogs \
-	systemctl:systemd qemu-aarch64-static:qemu-user-static
+	systemctl:systemd qemu-aarch64-static:qemu-user-static \
+	rauc:rauc mksquashfs:squashfs-tools openssl:openssl
 [ "${1-}" = --needs ] && exit 0
 
 bin=$(realpath "${1:?usage: sdimage-smoke.sh BINARY [BOARD]}")
@@ -58,6 +66,30 @@ root:x:0:
 linemq:x:999:
 gpio:x:998:linemq
 GROUP
+# The board's other overlays, as its defconfig lists them.
+defconfig=$repo/buildroot/configs/linemq_${board}_defconfig
+tryboot=
+# shellcheck disable=SC2013 # BR2_ROOTFS_OVERLAY is a list of words
+for o in $(sed -n 's/^BR2_ROOTFS_OVERLAY="\(.*\)"$/\1/p' "$defconfig" 2>/dev/null); do
+	o=${o//\$(BR2_EXTERNAL_LINEMQ_PATH)/$repo/buildroot}
+	case $o in */common/rootfs-overlay) continue ;; */tryboot/rootfs-overlay) tryboot=1 ;; esac
+	cp -a "$o/." "$target/"
+done
+if [ -n "$tryboot" ]; then
+	systemctl --root="$target" preset-all >/dev/null 2>&1
+	# The plant's certificate authority, and a stranger's.
+	for who in plant stranger; do
+		openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/O=$who/CN=$who linemq updates" \
+			-keyout "$work/$who.key" -out "$work/$who.pem" >/dev/null 2>&1
+	done
+	export LINEMQ_RAUC_CERT=$work/plant.pem LINEMQ_RAUC_KEY=$work/plant.key LINEMQ_OS_VERSION=2026.12.0
+	# post-build.sh refuses to make an image whose updates nobody could sign.
+	if env -u LINEMQ_RAUC_CERT "$common/post-build.sh" "$target" "$board" >"$work/nocert.out" 2>&1; then
+		bad "post-build.sh made a RAUC image without LINEMQ_RAUC_CERT"
+	else
+		expect "without LINEMQ_RAUC_CERT post-build.sh stops, naming it: $(cat "$work/nocert.out")" grep -q LINEMQ_RAUC_CERT "$work/nocert.out"
+	fi
+fi
 "$common/post-build.sh" "$target" "$board"
 
 echo "== configurations checked with linemq itself"
@@ -73,10 +105,16 @@ else
 	rmdir "$images/rpi-firmware"
 fi
 echo "placeholder kernel (sdimage-smoke builds no kernel)" >"$images/Image"
-LINEMQ_DATA_SIZE=64M BUILD_DIR=$work "$common/post-image.sh" "$images" "$board" >"$work/genimage.log" 2>&1 ||
+LINEMQ_DATA_SIZE=64M BUILD_DIR=$work TARGET_DIR=$target "$common/post-image.sh" "$images" "$board" >"$work/genimage.log" 2>&1 ||
 	{ cat "$work/genimage.log"; exit 1; }
 img=$images/sdcard.img
 echo "$img: $(du -h --apparent-size "$img" | cut -f1)"
+
+if [ -n "$tryboot" ]; then
+	# shellcheck source=sdimage-tryboot.sh
+	. "$here/sdimage-tryboot.sh"
+	exit
+fi
 
 echo "== partition table (MBR)"
 declare -a ptype pstart psize

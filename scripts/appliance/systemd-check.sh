@@ -26,11 +26,13 @@ st=$(mktemp -d /tmp/linemq-systemd-check.XXXXXX)
 trap 'rm -rf "$st"' EXIT
 
 "$here/stage-rootfs.sh" "$st"
+# The tryboot boards' overlay (RAUC's trial gate).
+cp -a "$here/../../buildroot/board/linemq/tryboot/rootfs-overlay/." "$st/"
 # The distribution's own units (targets, systemd-tmpfiles-setup.service).
 cp -an /usr/lib/systemd/system/. "$st/usr/lib/systemd/system/"
 
-echo "== systemd-analyze verify --root=<staging> linemq.service linemq-config.service"
-if ! out=$(systemd-analyze verify --root="$st" linemq.service linemq-config.service 2>&1) || [ -n "$out" ]; then
+echo "== systemd-analyze verify --root=<staging> linemq.service linemq-config.service linemq-os-trial.service"
+if ! out=$(systemd-analyze verify --root="$st" linemq.service linemq-config.service linemq-os-trial.service 2>&1) || [ -n "$out" ]; then
 	echo "$out"
 	echo "systemd-check: systemd-analyze verify reported problems"
 	exit 1

@@ -16,6 +16,7 @@
 set -eu
 
 TARGET_DIR=${1:?usage: post-build.sh TARGET_DIR [BOARD]}
+BOARD=${2:-}
 
 mkdir -p "$TARGET_DIR/boot" "$TARGET_DIR/var/lib/linemq" "$TARGET_DIR/etc/linemq"
 
@@ -36,4 +37,22 @@ add_mount /var/lib/linemq "LABEL=linemq-data /var/lib/linemq ext4 rw,noatime,nos
 if [ -d "$TARGET_DIR/root/.ssh" ]; then
 	chmod 0700 "$TARGET_DIR/root/.ssh"
 	chmod 0600 "$TARGET_DIR/root/.ssh/authorized_keys"
+fi
+
+# The tryboot boards (their defconfig adds ../tryboot/rootfs-overlay):
+# RAUC takes bundles made for this board only, signed by a certificate
+# that chains to the plant's (LINEMQ_RAUC_CERT, PEM; docs/updates.md). An
+# image whose updates nobody could sign is refused here rather than
+# flashed.
+rauc_conf=$TARGET_DIR/etc/rauc/system.conf
+if [ -f "$rauc_conf" ]; then
+	[ -n "$BOARD" ] || { echo "post-build.sh: RAUC's system.conf needs the board (BR2_ROOTFS_POST_SCRIPT_ARGS)"; exit 1; }
+	sed -i "s/^compatible=.*/compatible=linemq-$BOARD/" "$rauc_conf"
+	if [ -z "${LINEMQ_RAUC_CERT:-}" ] || [ ! -f "$LINEMQ_RAUC_CERT" ]; then
+		echo "post-build.sh: $BOARD installs root file system updates with RAUC: set LINEMQ_RAUC_CERT to the PEM certificate (or CA) its bundles are signed with (docs/updates.md)${LINEMQ_RAUC_CERT:+; $LINEMQ_RAUC_CERT is not a file}"
+		exit 1
+	fi
+	grep -q -- '-----BEGIN CERTIFICATE-----' "$LINEMQ_RAUC_CERT" ||
+		{ echo "post-build.sh: LINEMQ_RAUC_CERT=$LINEMQ_RAUC_CERT holds no PEM certificate"; exit 1; }
+	install -D -m 0644 "$LINEMQ_RAUC_CERT" "$TARGET_DIR/etc/rauc/keyring.pem"
 fi
