@@ -171,8 +171,16 @@ func startCluster3(t *testing.T, extra ...string) *cluster3 {
 // newCluster3 chooses the etcd members' addresses of a line of three;
 // nothing runs yet.
 func newCluster3(t *testing.T, extra ...string) *cluster3 {
+	return newCluster3At(t, freeAddrs(t, 6), extra...)
+}
+
+// newCluster3At is newCluster3 on the six addresses given (peer and
+// client of n1, n2, n3): a test that needs more addresses takes them all
+// from one freeAddrs call, since a port one call closed may be handed
+// out again by the next (an MQTT listener then found n1's etcd peer port
+// taken).
+func newCluster3At(t *testing.T, addrs []string, extra ...string) *cluster3 {
 	c := &cluster3{t: t, dir: t.TempDir(), extra: extra}
-	addrs := freeAddrs(t, 6)
 	for i := range 3 {
 		c.peers[i], c.clients[i] = "http://"+addrs[2*i], "http://"+addrs[2*i+1]
 		if i > 0 {

@@ -426,8 +426,8 @@ func startUpdateLine(t *testing.T, program string) *updateLine {
 	conf := filepath.Join(dir, "linemq.yaml")
 	writeFile(t, conf, "auth:\n  password_file: "+filepath.Join(dir, "passwd")+"\n  allow_anonymous: true\n"+
 		"update:\n  keys_dir: "+keys+"\n  trial: 3s\n  admins: [ops]\n")
-	ports := freeAddrs(t, 6)
-	l := &updateLine{c: newCluster3(t), mqtt: ports[:3], web: ports[3:], priv: priv}
+	addrs := freeAddrs(t, 12)
+	l := &updateLine{c: newCluster3At(t, addrs[:6]), mqtt: addrs[6:9], web: addrs[9:], priv: priv}
 	c := l.c
 	for i := range 3 {
 		l.args[i] = append(c.args(i), "-config", conf, "-mqtt-listen", l.mqtt[i], "-http-listen", l.web[i])
