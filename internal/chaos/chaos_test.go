@@ -270,6 +270,9 @@ func TestFaultSuite(t *testing.T) {
 				t.Fatalf("seed %d: %v", run.seed, err)
 			}
 			if !res.Report.OK() {
+				var sb strings.Builder
+				res.WriteExcerpts(&sb, 120)
+				t.Log("what the nodes logged about the clients named above:\n" + sb.String())
 				t.Errorf("seed %d (faults %s): invariants violated: %v", run.seed, joinKinds(faults), res.Report.Failed())
 			}
 		})
@@ -311,7 +314,45 @@ func TestOrdinarySubscribersCutOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !res.Report.OK() {
+		var sb strings.Builder
+		res.WriteExcerpts(&sb, 120)
+		t.Log("what the nodes logged about the clients named above:\n" + sb.String())
 		t.Errorf("invariants violated: %v", res.Report.Failed())
+	}
+}
+
+// TestWriteExcerpts: a failed run's report comes with what the nodes
+// logged about the clients its violations name, and the registry's lines,
+// without etcd's.
+func TestWriteExcerpts(t *testing.T) {
+	dir := t.TempDir()
+	log := `level=INFO msg="client connected" component=broker client=share-1 present=false
+level=INFO msg="client connected" component=broker client=share-2 present=true
+level=WARN msg="lease lost; registering again" component=registry node=n1
+level=INFO msg="raft stuff" component=etcd client=share-1
+`
+	if err := os.WriteFile(filepath.Join(dir, "n1.log"), []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &Result{Dir: dir, Report: Report{Invariants: []Invariant{{Name: InvMoved, Violations: 1,
+		Examples: []string{"share-1 moved from n2 to n1 (t=17.57s): Session Present 0"}}}}}
+	var sb strings.Builder
+	r.WriteExcerpts(&sb, 10)
+	got := sb.String()
+	for _, want := range []string{"n1.log: 2 lines about share-1", "client=share-1 present=false", "lease lost"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("excerpts lack %q:\n%s", want, got)
+		}
+	}
+	for _, not := range []string{"share-2", "raft stuff"} {
+		if strings.Contains(got, not) {
+			t.Errorf("excerpts have %q:\n%s", not, got)
+		}
+	}
+	r.Report.Invariants[0].Violations = 0
+	sb.Reset()
+	if r.WriteExcerpts(&sb, 10); sb.Len() != 0 {
+		t.Errorf("a run that held printed excerpts: %s", sb.String())
 	}
 }
 
