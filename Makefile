@@ -191,19 +191,23 @@ bundle: build cross
 ## data disks): a provisioning set applied by linemq-config.service, with
 ## networkd, timesyncd and dropbear running on its files; linemq.service
 ## READY=1 under its hardening; a SIGSTOPped linemq restarted by
-## WatchdogSec=; update bundles committed (over SSH, and uploaded over
-## HTTP in place), rolled back (exit at start, hang, power cut during the
-## trial), refused (another key) and cut off while written; a frozen PID 1
-## reset by softdog (RuntimeWatchdogSec=)
+## WatchdogSec=; a frozen PID 1 reset by softdog (RuntimeWatchdogSec=).
+## The update cases on the same appliance are make update-test's.
 systemd-test: needs-systemd-test cross
-	scripts/appliance/systemd-test.sh $(BIN)/linux-arm64/linemq
+	scripts/appliance/systemd-test.sh --base $(BIN)/linux-arm64/linemq
 
-## update-test: a line of three gateways (real processes, embedded etcd)
-## upgraded one gateway at a time under QoS 1 load, from the previous
-## commit's build (UPDATE_FROM=REV for another) to this tree's: one bundle
-## uploaded to all three, the line's update lock in etcd, 0 acknowledged
-## messages lost, at most one gateway away at a time (docs/updates.md)
-update-test:
+## update-test: first the appliance of systemd-test booted again for its
+## updates: bundles committed after their trial (over SSH, and uploaded
+## over HTTP in place), rolled back by themselves (exit at start, a hang,
+## a failing health check, a power cut during the trial), refused (another
+## key) and cut off while written. Then a line of three gateways (real
+## processes, embedded etcd) upgraded one gateway at a time under QoS 1
+## load, from the previous commit's build (UPDATE_FROM=REV for another) to
+## this tree's: one bundle uploaded to all three, the line's update lock in
+## etcd, 0 acknowledged messages lost, at most one gateway away at a time
+## (docs/updates.md)
+update-test: needs-systemd-test cross
+	scripts/appliance/systemd-test.sh --updates $(BIN)/linux-arm64/linemq
 	scripts/update-test.sh
 
 ## powercut-test: power cuts under emulation: the arm64 build under
