@@ -216,7 +216,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		stopped: make(chan struct{}), trimStop: make(chan struct{}), hwStop: make(chan struct{}),
 	}
 	if opts.Update.Slots != nil {
-		g.upd = newUpdater(opts.Update, cfg.Update.KeysDir, cfg.Update.Admins, opts.Version, cl, log.With("component", "update"))
+		g.upd = newUpdater(opts.Update, cfg.Update.KeysDir, cfg.Update.Admins, time.Duration(cfg.Update.Trial), opts.Version, cl, log.With("component", "update"))
 	}
 	defer func() {
 		if err != nil {

@@ -28,9 +28,9 @@ type UpdateOptions struct {
 	Trial *update.Progress
 }
 
-func newUpdater(o UpdateOptions, keysDir string, admins []string, version string, cl *cluster.Cluster, log *slog.Logger) *updater {
+func newUpdater(o UpdateOptions, keysDir string, admins []string, trial time.Duration, version string, cl *cluster.Cluster, log *slog.Logger) *updater {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &updater{opts: o, keysDir: keysDir, admins: admins, version: version, now: time.Now,
+	return &updater{opts: o, keysDir: keysDir, admins: admins, trial: trial, version: version, now: time.Now,
 		restart: make(chan struct{}), cluster: cl, log: log, ctx: ctx, cancel: cancel}
 }
 
@@ -80,6 +80,7 @@ type updater struct {
 	opts    UpdateOptions
 	keysDir string
 	admins  []string
+	trial   time.Duration // update.trial
 	version string
 	now     func() time.Time
 	// restart is closed once an uploaded bundle is installed (and, with a
@@ -151,6 +152,10 @@ func (u *updater) Status() any {
 			out.TrialHealthyFor = tp.HealthyFor.Round(time.Second).Seconds()
 			out.TrialRemaining = tp.Remaining.Round(time.Second).Seconds()
 			out.TrialFailingSince, out.TrialFailing = tp.FailingSince, tp.Reason
+		} else if !tp.Ended {
+			// Ready, and the watch not begun yet (it starts right after
+			// the ready line): the whole trial is ahead, not none of it.
+			out.TrialSeconds, out.TrialRemaining = u.trial.Seconds(), u.trial.Seconds()
 		}
 	}
 	out.RestartPending = u.installed.Load()

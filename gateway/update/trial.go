@@ -25,8 +25,9 @@ type Progress struct {
 
 // TrialProgress is a snapshot of a Progress.
 type TrialProgress struct {
-	// Running is whether a trial is being watched.
-	Running bool
+	// Running is whether a trial is being watched; Ended, whether the
+	// watch is over (committed, given up, or stopped with its context).
+	Running, Ended bool
 	// Length is the trial's length (update.trial).
 	Length time.Duration
 	// HealthyFor is how long the version has been healthy without a
@@ -43,7 +44,7 @@ func (p *Progress) Snapshot(now time.Time) TrialProgress {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.trial == 0 || p.done {
-		return TrialProgress{}
+		return TrialProgress{Ended: p.done}
 	}
 	tp := TrialProgress{Running: true, Length: p.trial, FailingSince: p.failingSince, Reason: p.reason, Remaining: p.trial}
 	if !p.healthySince.IsZero() {
