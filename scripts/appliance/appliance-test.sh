@@ -249,13 +249,16 @@ chmod 0755 "$root/init"
 echo "  initrd $(du -h "$work/initrd.gz" | cut -f1)"
 
 # --- boot
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# free_ports N: N distinct loopback ports the OS hands out, all held open
+# until each is known (a port closed at once may be handed out again by
+# the next call: CI saw HTTP and the control port given the same one).
+free_ports() { python3 -c 'import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"; }
 elapsed() { echo "$(date +%s.%N) $start" | awk '{ printf "%.1f", $1 - $2 }'; }
 boot() {
-	mqtt=$(free_port)
-	mqtts=$(free_port)
-	http=$(free_port)
-	ctl=$(free_port)
+	read -r mqtt mqtts http ctl <<<"$(free_ports 4)"
 	step "booting: qemu-system-aarch64 -M virt (MQTT 127.0.0.1:$mqtt, HTTP 127.0.0.1:$http, control 127.0.0.1:$ctl)"
 	start=$(date +%s.%N)
 	qemu-system-aarch64 -M virt -cpu cortex-a53 -smp 2 -m 512 -nographic -no-reboot \
