@@ -125,7 +125,7 @@ type updateJSON struct {
 }
 
 func (u *updater) Status() any {
-	out := updateJSON{Version: u.version, RunningIn: "image", Committed: "the image's linemq"}
+	out := updateJSON{Version: u.version, RunningIn: "image", Committed: "the image's linemq"} // until the state is read
 	if u.opts.Slot != "" {
 		out.RunningIn = "slot " + u.opts.Slot
 	}
@@ -134,13 +134,7 @@ func (u *updater) Status() any {
 		out.Error = err.Error()
 		return out
 	}
-	switch {
-	case st.Committed != "" && st.OnImage(u.opts.Slots.Image):
-		out.Committed = st.CommittedVersion + " (slot " + st.Committed + ")"
-	case st.Committed != "":
-		// The root file system was replaced since (docs/updates.md).
-		out.Committed = "the image's linemq (" + st.CommittedVersion + " in slot " + st.Committed + " was committed on image " + st.CommittedImage + ")"
-	}
+	out.Committed = st.InForce(u.opts.Slots.Image)
 	out.LastCommit, out.LastRollback = st.LastCommit, st.LastRollback
 	if st.Trial != "" {
 		out.Trial, out.TrialSince = st.TrialVersion+" (slot "+st.Trial+")", st.TrialSince

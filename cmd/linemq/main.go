@@ -153,13 +153,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	// An installed update runs in place of this program (docs/updates.md).
 	eff := cfg.WithDefaults()
-	// The program systemd starts is the root file system's own; the
-	// versions it starts learn its version from ImageEnv.
-	image := os.Getenv(update.ImageEnv)
-	if image == "" {
-		image = version
-	}
-	slots := &update.Slots{Dir: filepath.Join(eff.DataDir, update.Dir), Image: image}
+	slots := &update.Slots{Dir: filepath.Join(eff.DataDir, update.Dir), Image: imageVersion()}
 	slot := os.Getenv(update.SlotEnv)
 	if slot == "" {
 		startInstalled(slots, args, log)
@@ -345,6 +339,16 @@ func startInstalled(slots *update.Slots, args []string, log *slog.Logger) {
 			return
 		}
 	}
+}
+
+// imageVersion is the version of the root file system's own linemq: this
+// program's, when it is the one systemd started; the versions it starts
+// learn it from update.ImageEnv.
+func imageVersion() string {
+	if v := os.Getenv(update.ImageEnv); v != "" {
+		return v
+	}
+	return version
 }
 
 // slotEnv is env with update.SlotEnv set to slot and update.ImageEnv to

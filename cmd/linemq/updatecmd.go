@@ -218,18 +218,7 @@ func runUpdate(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail("%v", err)
 		}
-		image := os.Getenv(update.ImageEnv)
-		if image == "" {
-			image = version
-		}
-		in := "the image's linemq"
-		switch {
-		case st.Committed != "" && st.OnImage(image):
-			in = fmt.Sprintf("%s (slot %s)", st.CommittedVersion, st.Committed)
-		case st.Committed != "":
-			in = fmt.Sprintf("the image's linemq %s (%s in slot %s was committed on image %s)", image, st.CommittedVersion, st.Committed, st.CommittedImage)
-		}
-		fmt.Fprintf(stdout, "in force: %s\n", in)
+		fmt.Fprintf(stdout, "in force: %s\n", st.InForce(imageVersion()))
 		if st.Trial != "" {
 			fmt.Fprintf(stdout, "on trial: %s (slot %s) since %s, started %d time(s)\n", st.TrialVersion, st.Trial, st.TrialSince.Format(time.RFC3339), st.TrialStarts)
 		}

@@ -252,6 +252,21 @@ func (st *State) OnImage(image string) bool {
 	return st.CommittedImage == "" || image == "" || st.CommittedImage == image
 }
 
+// InForce says, in words, which linemq runs after a restart on the image
+// whose linemq is image: the committed version and its slot, or the
+// image's own (and why, when a version committed on another image is
+// passed over).
+func (st *State) InForce(image string) string {
+	switch {
+	case st.Committed == "":
+		return "the image's linemq"
+	case st.OnImage(image):
+		return fmt.Sprintf("%s (slot %s)", st.CommittedVersion, st.Committed)
+	default:
+		return fmt.Sprintf("the image's linemq %s (%s in slot %s was committed on image %s)", image, st.CommittedVersion, st.Committed, st.CommittedImage)
+	}
+}
+
 // Commit makes the version on trial in slot the one in force.
 func (s *Slots) Commit(slot string) error {
 	st, err := s.Read()

@@ -330,6 +330,10 @@ func TestSlotsImage(t *testing.T) {
 	}
 	if st, _ := onImage("").Read(); st.Committed != "a" || st.OnImage("v1.6.0") || !st.OnImage("v1.4.0") {
 		t.Fatalf("the committed version's record changed: %+v", st)
+	} else if got, want := st.InForce("v1.6.0"), "the image's linemq v1.6.0 (v1.5.0 in slot a was committed on image v1.4.0)"; got != want {
+		t.Fatalf("in force on another image: %q, want %q", got, want)
+	} else if got := st.InForce("v1.4.0"); got != "v1.5.0 (slot a)" {
+		t.Fatalf("in force on its own image: %q", got)
 	}
 	// The image update rolled back: the version committed on it is back.
 	if slot, _ := start(t, onImage("v1.4.0")); slot != "a" {
