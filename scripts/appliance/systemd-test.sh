@@ -208,6 +208,18 @@ power_cut() {
 	wait "$qpid" 2>/dev/null || true
 	qpid=
 }
+# await_rollback VERSION SECONDS: waits until VERSION is the last rollback
+# and linemq serves again (the unit active, /readyz answering); status 1
+# after SECONDS.
+await_rollback() {
+	local deadline=$((SECONDS + $2))
+	until guest linemq update status | grep -q "^last rollback: $1" &&
+		[ "$(guest systemctl is-active linemq.service)" = active ] &&
+		curl -fsS -o /dev/null "http://127.0.0.1:$http/readyz" 2>/dev/null; do
+		[ $SECONDS -lt $deadline ] || return 1
+		sleep 2
+	done
+}
 boot "first boot"
 grep -E 'initramfs:|systemd\[1\]: (systemd [0-9]|Using hardware watchdog|Watchdog running)' "$work/console.log" | sed 's/^/  console | /' | cut -c1-200 || true
 
@@ -351,13 +363,7 @@ if want updates; then
 	restarts=$(guest systemctl show -p NRestarts --value linemq.service)
 	t0=$SECONDS
 	guest systemctl restart linemq.service || true
-	deadline=$((SECONDS + 90))
-	until guest linemq update status | grep -q '^last rollback: v-crash' &&
-		[ "$(guest systemctl is-active linemq.service)" = active ] &&
-		curl -fsS -o /dev/null "http://127.0.0.1:$http/readyz" 2>/dev/null; do
-		[ $SECONDS -lt $deadline ] || fail "the version that exits at start was not rolled back within 90 s"
-		sleep 2
-	done
+	await_rollback v-crash 90 || fail "the version that exits at start was not rolled back within 90 s"
 	guest linemq update status | sed 's/^/  | /'
 	guest linemq update status | grep -q '^in force: v-upd (slot a)' || fail "v-upd is not in force after the rollback"
 	echo "  rolled back and serving $((SECONDS - t0)) s after the restart; systemd restarted linemq $(($(guest systemctl show -p NRestarts --value linemq.service) - restarts)) time(s)"
@@ -405,13 +411,7 @@ if want updates; then
 	guest systemctl reset-failed linemq.service
 	t0=$SECONDS
 	guest systemctl restart --no-block linemq.service
-	deadline=$((SECONDS + 240))
-	until guest linemq update status | grep -q '^last rollback: v-hang' &&
-		[ "$(guest systemctl is-active linemq.service)" = active ] &&
-		curl -fsS -o /dev/null "http://127.0.0.1:$http/readyz" 2>/dev/null; do
-		[ $SECONDS -lt $deadline ] || fail "the version that hangs was not rolled back within 240 s"
-		sleep 3
-	done
+	await_rollback v-hang 240 || fail "the version that hangs was not rolled back within 240 s"
 	guest journalctl -b --no-pager -o cat -u linemq.service | grep -E 'timed out|Failed with result|rolled back' | tail -3 | sed 's/^/  | /' | cut -c1-200
 	guest linemq update status | sed 's/^/  | /'
 	guest linemq update status | grep -q '^in force: v-http (slot b)' || fail "v-http is not in force after the hang's rollback"
@@ -477,16 +477,10 @@ SICK
 	sickpub=$!
 	# The recovery outlasts an SSH command's minute: systemd runs it.
 	guest systemd-run --quiet --unit=linemq-test-sick --property=StandardOutput=file:/run/linemq-test-sick.log sh /run/linemq-test-sick.sh recover
-	deadline=$((SECONDS + 180))
-	until guest linemq update status | grep -q '^last rollback: v-sick' &&
-		[ "$(guest systemctl is-active linemq.service)" = active ] &&
-		curl -fsS -o /dev/null "http://127.0.0.1:$http/readyz" 2>/dev/null; do
-		if [ $SECONDS -ge $deadline ]; then
-			guest systemctl status --no-pager linemq-test-sick.service 2>&1 | sed 's/^/  | /' || true
-			fail "the version whose health failed was not rolled back within 180 s of the freeze ($(guest cat /run/linemq-test-sick.log | tr '\n' ' '))"
-		fi
-		sleep 2
-	done
+	if ! await_rollback v-sick 180; then
+		guest systemctl status --no-pager linemq-test-sick.service 2>&1 | sed 's/^/  | /' || true
+		fail "the version whose health failed was not rolled back within 180 s of the freeze ($(guest cat /run/linemq-test-sick.log | tr '\n' ' '))"
+	fi
 	wait "$sickpub" 2>/dev/null || true
 	guest cat /run/linemq-test-sick.log | sed 's/^/  | /'
 	guest 'rm /run/systemd/system/linemq.service.d/zz-test-sick.conf && systemctl daemon-reload'
