@@ -43,7 +43,7 @@ build:
 test: vet tahu-deps
 	$(GO) test -race -count=1 -timeout 12m ./...
 	$(GO) test -race -count=1 -timeout 5m -tags browser -run 'InBrowser|WithBrowser' ./gateway/web
-	LINEMQ_FAULT_SUITE=1 $(GO) test -race -count=1 -timeout 10m -run 'TestFaultSuite|TestOrdinarySubscribersCutOff|TestSparkplugLine' -v ./internal/chaos
+	LINEMQ_FAULT_SUITE=1 $(GO) test -race -count=1 -timeout 10m -run 'TestFaultSuite|TestOrdinarySubscribersCutOff|TestCutOffMemberRejoins|TestSparkplugLine' -v ./internal/chaos
 
 ## tahu-deps: the independent Sparkplug edge node the tests run (Eclipse
 ## Tahu's sparkplug-client, gateway/sparkplug/testdata/tahu), installed from

@@ -278,6 +278,9 @@ type Member struct {
 	etcd      *embed.Etcd
 	scheme    string // of its URLs: "http://" or "https://"
 	closeOnce sync.Once
+
+	stopWatch chan struct{} // ends streamWatch
+	watchDone chan struct{} // closed once it has
 }
 
 // Start starts a member and returns once it listens; it does not wait for
@@ -291,10 +294,18 @@ func Start(o Options) (*Member, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdembed: start member %q: %w", o.Name, err)
 	}
-	m := &Member{etcd: e, scheme: "http://"}
+	m := &Member{etcd: e, scheme: "http://", stopWatch: make(chan struct{}), watchDone: make(chan struct{})}
 	if o.TLS.Cert != "" {
 		m.scheme = "https://"
 	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	go func() {
+		defer close(m.watchDone)
+		m.streamWatch(orInt(o.ElectionTimeout, DefaultElectionTimeout), log, m.stopWatch)
+	}()
 	return m, nil
 }
 
@@ -360,6 +371,8 @@ const CloseTimeout = 1500 * time.Millisecond
 // delay it, so close the gateway's own clients first.
 func (m *Member) Close() {
 	m.closeOnce.Do(func() {
+		close(m.stopWatch)
+		<-m.watchDone
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
