@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,13 @@ type replicaNode struct {
 }
 
 func startReplicaNode(t *testing.T, cli *clientv3.Client, prefix, name string) *replicaNode {
+	t.Helper()
+	return startReplicaNodeBound(t, cli, prefix, name, nil)
+}
+
+// startReplicaNodeBound is startReplicaNode binding the cluster to what
+// wrap makes of the broker (nil: the broker itself).
+func startReplicaNodeBound(t *testing.T, cli *clientv3.Client, prefix, name string, wrap func(*broker.Server) broker.ClusterInbound) *replicaNode {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
 	rdir := filepath.Join(dir, "replicas")
@@ -66,7 +74,11 @@ func startReplicaNode(t *testing.T, cli *clientv3.Client, prefix, name string) *
 	}
 	t.Cleanup(func() { local.Close() })
 	s := brokertest.Start(t, broker.Options{Cluster: c.Hooks(), Store: c.Store(local)}, nil)
-	if err := c.Bind(s.Server); err != nil {
+	var inbound broker.ClusterInbound = s.Server
+	if wrap != nil {
+		inbound = wrap(s.Server)
+	}
+	if err := c.Bind(inbound); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -142,5 +154,78 @@ func TestReplicaAdoptedFromACutOffOwner(t *testing.T) {
 	}
 	if adopted < 2 {
 		t.Errorf("%d sessions adopted on nodes 1 and 2, want hist and stays", adopted)
+	}
+}
+
+// dropWatch is a broker that records the cluster's view each time the
+// cluster has it let go of a session adopted elsewhere.
+type dropWatch struct {
+	*broker.Server
+	view func() uint64
+
+	mu    sync.Mutex
+	views map[string]uint64
+}
+
+func (d *dropWatch) DropReplicated(client string, upTo uint64, owner string) {
+	d.mu.Lock()
+	d.views[client] = d.view()
+	d.mu.Unlock()
+	d.Server.DropReplicated(client, upTo, owner)
+}
+
+func (d *dropWatch) viewAt(client string) (uint64, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.views[client]
+	return v, ok
+}
+
+// TestLetGoOfAdoptedRaisesTheView: a node back from a cut lets go of its
+// client's session that the line adopted from its replica, and from that
+// moment routes by a view at least as new as the adoption. The adopter
+// passes over forwards from it routed by an older view, as messages the
+// old owner delivered itself; routed by the registry's revision, which
+// moves only once the whole re-read has been handled, the messages
+// published on the old owner while it let go carried the older view, were
+// delivered by neither node, and were lost (fault-suite seeds 7 and 13).
+func TestLetGoOfAdoptedRaisesTheView(t *testing.T) {
+	prefix := etcdtest.Prefix(t)
+	cli3, proxy := shared.ProxiedClient(t)
+	var watch *dropWatch
+	var nodes []*replicaNode
+	for i, cli := range []*clientv3.Client{shared.Client(t), shared.Client(t), cli3} {
+		var wrap func(*broker.Server) broker.ClusterInbound
+		if i == 2 {
+			wrap = func(s *broker.Server) broker.ClusterInbound {
+				watch = &dropWatch{Server: s, views: map[string]uint64{}}
+				return watch
+			}
+		}
+		nodes = append(nodes, startReplicaNodeBound(t, cli, prefix, fmt.Sprint("n", i+1), wrap))
+	}
+	watch.view = nodes[2].c.Hooks().View
+	stays, _ := brokertest.Connect(t, nodes[2].Addr, persistent("stays", true, 100))
+	stays.Subscribe(&packet.Subscribe{Subs: []packet.Subscription{{Filter: []byte("line/#"), QoS: 1}}})
+	brokertest.Eventually(t, 15*time.Second, "stays's session on its replica", func() bool {
+		st := nodes[2].c.Stats().Replicas
+		return st.Sessions == 1 && st.BelowCount == 0
+	})
+
+	proxy.Cut()
+	var adoption registry.Owner
+	brokertest.Eventually(t, 20*time.Second, "stays adopted from its replica", func() bool {
+		o, ok := nodes[0].reg.SessionOwner("stays")
+		adoption = o
+		return ok && o.Node != "n3" && o.ReplicaOf == "n3"
+	})
+	proxy.Resume()
+	stays.ExpectDisconnect(packet.SessionTakenOver)
+	v, ok := watch.viewAt("stays")
+	if !ok {
+		t.Fatal("node 3 closed stays without letting go of it as adopted elsewhere")
+	}
+	if v < uint64(adoption.Revision) {
+		t.Errorf("node 3 let go of stays routing by view %d, older than the adoption's claim at %d", v, adoption.Revision)
 	}
 }
