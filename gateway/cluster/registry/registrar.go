@@ -35,7 +35,6 @@ type registrar struct {
 
 	sess      *concurrency.Session // nil while there is no lease
 	oldLeases []clientv3.LeaseID   // leases lost, to revoke once registered again
-	lostLease bool                 // a lease was lost: catch up before registering again
 
 	// What this node holds: the truth every (re-)registration writes out.
 	held     map[string]string      // own-range key -> value (node, routes, members)
@@ -208,15 +207,11 @@ func (g *registrar) lost() {
 	g.sess.Orphan()
 	g.oldLeases = append(g.oldLeases, g.sess.Lease())
 	g.sess = nil
-	g.lostLease = true
 	r.lease.Store(0)
 }
 
 // register takes a new lease and writes everything this node holds under
 // it: the first registration and every one after a lost lease.
-//
-// After a lost lease it writes nothing until this node's copy has
-// delivered what etcd had at the grant (catchUp).
 func (g *registrar) register() error {
 	r := g.r
 	ctx, cancel := context.WithTimeout(r.ctx, r.opts.RequestTimeout)
@@ -234,9 +229,6 @@ func (g *registrar) register() error {
 	}
 	g.sess = sess
 	r.stats.leases.Add(1)
-	if g.lostLease {
-		g.catchUp(grant.Revision)
-	}
 	if err := g.syncAll(); err != nil {
 		sess.Orphan()
 		g.sess = nil
@@ -244,41 +236,12 @@ func (g *registrar) register() error {
 		return err
 	}
 	r.lease.Store(int64(grant.ID))
-	g.lostLease = false
 	for _, id := range g.oldLeases {
 		g.revoke(id)
 	}
 	g.oldLeases = nil
 	r.log.Info("registered", "lease", fmt.Sprintf("%x", grant.ID), "keys", len(g.held), "sessions", len(g.sessions))
 	return nil
-}
-
-// catchUp waits, between the grant of a new lease after a lost one and
-// the writes that make this node visible again, until its copy has
-// delivered (OnEvent) every change up to rev, the grant's revision: the
-// sessions other nodes took meanwhile are let go first, and their routes
-// with them (queued, then taken into what the registration writes), so
-// the others, seeing this node back, forward nothing here for clients it
-// no longer has. Registering first, a gateway back from a cut was
-// forwarded a message for an ordinary subscriber still connected to it
-// whose session another gateway had adopted and queued older messages in:
-// it delivered the newer one, and the adopted session came back with the
-// older ones after it, without DUP (fault-suite seed 5). The grant comes
-// first because it is a write: a linearizable read issued while the
-// member rejoined (the copy's re-read) can wait for the next entry to be
-// committed, and a registrar waiting for the copy before writing anything
-// stood for the whole request timeout. The wait is bounded by
-// RequestTimeout: a copy that cannot catch up does not keep the node from
-// registering.
-func (g *registrar) catchUp(rev int64) {
-	r := g.r
-	ctx, cancel := context.WithTimeout(r.ctx, r.opts.RequestTimeout)
-	defer cancel()
-	if err := r.AwaitRevision(ctx, rev); err != nil && r.ctx.Err() == nil {
-		r.log.Warn("registering again before this node's copy of the registry caught up",
-			"revision", rev, "delivered", r.delivered.Load(), "err", err)
-	}
-	g.take() // what letting go queued meanwhile (routes, members)
 }
 
 // revoke revokes a lease, best effort: an unreachable etcd lets it expire.
