@@ -82,8 +82,9 @@ fuzz:
 ## killed with its data directory deleted, then a blank replacement). Prints each
 ## seed's schedule, figures and invariants; fails if any run violated one.
 ## Reproduce a failing seed with make chaos SEED=N RUNS=1. make test runs a
-## fixed set of three seeds (internal/chaos TestFaultSuite) and a node cut off
-## for 20 s (TestOrdinarySubscribersCutOff).
+## fixed set of three seeds (internal/chaos TestFaultSuite), a node cut off
+## for 20 s (TestOrdinarySubscribersCutOff) and one cut off for 15 s whose
+## etcd member must rejoin within 3 s of the heal (TestCutOffMemberRejoins).
 SEED           ?= 1
 RUNS           ?= 20
 CHAOS_DURATION ?= 40s
