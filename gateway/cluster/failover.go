@@ -316,7 +316,13 @@ func (h *held) markAt(origin, node string, rev int64) {
 		return
 	}
 	go func() {
-		if !pollUntil(viewWait, func() bool { return reg.Revision() >= rev }) {
+		// It ends with the node too: a closed registry's copy moves no
+		// more, and nothing is to be routed again.
+		reached := pollUntil(viewWait, func() bool { return reg.Revision() >= rev || h.isClosed() })
+		if h.isClosed() {
+			return
+		}
+		if !reached {
 			h.n.log.Warn("routing again what was kept for a node that failed over before this node's view has its adoptions",
 				"origin", origin, "adopter", node, "revision", rev, "view", reg.Revision())
 		}
@@ -560,6 +566,13 @@ func (h *held) startup(ctx context.Context) {
 var errHeldClosed = errors.New("cluster: closing")
 
 // close closes the stores; none opens after it.
+// isClosed reports whether close has run.
+func (h *held) isClosed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed
+}
+
 func (h *held) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -741,6 +741,12 @@ func (g *registrar) restoreItem(client string, lease clientv3.LeaseID) item {
 // shutdown ends the registrar on Close: what is pending fails, and the
 // lease is revoked so this node's keys vanish at once.
 func (g *registrar) shutdown() {
+	// What is still queued fails now, not after Close has waited for the
+	// watcher: an OnEvent handler that queued a write and waits for it
+	// (a session let go, its route removed) would hold the watcher, and
+	// Close with it, for ever. Close sets qclose before it cancels, so
+	// nothing is queued after this.
+	g.r.failQueued(ErrClosed)
 	for _, o := range g.waiting {
 		o.w.complete(0, ErrClosed)
 	}
