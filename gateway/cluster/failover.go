@@ -565,7 +565,6 @@ func (h *held) startup(ctx context.Context) {
 // errHeldClosed refuses a batch that arrives while the cluster closes.
 var errHeldClosed = errors.New("cluster: closing")
 
-// close closes the stores; none opens after it.
 // isClosed reports whether close has run.
 func (h *held) isClosed() bool {
 	h.mu.Lock()
@@ -573,6 +572,7 @@ func (h *held) isClosed() bool {
 	return h.closed
 }
 
+// close closes the stores; none opens after it.
 func (h *held) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -85,8 +85,9 @@ type Node struct {
 	adopting    map[string]struct{}
 	unconfirmed map[string]int64
 
-	// viewFloor raises View above the registry's revision while an event
-	// is being handled: see letGoAdopted.
+	// viewFloor is the least View: the revision of the latest adoption
+	// this node let go of, which it can reach before the registry's
+	// revision does (letGoAdopted).
 	viewFloor atomic.Int64
 
 	// parked are the routes of nodes gone with their lease, still routed
