@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -226,21 +225,7 @@ var testHolds = Holds{
 // duplicates without DUP or out of order: the report says which seed and
 // how (reproduce with go run ./cmd/linemq-chaos -seed N -faults ...).
 func TestFaultSuite(t *testing.T) {
-	if testing.Short() {
-		t.Skip("three linemq processes under faults for about two minutes: skipped in -short mode")
-	}
-	if os.Getenv("LINEMQ_FAULT_SUITE") == "" {
-		// Its figures are timings (a bounded wait, a takeover bound): run
-		// next to every other package's race-detector tests on two cores,
-		// the gateways' etcd answers late and the run measures the machine,
-		// not the line. make test runs it alone, after the rest.
-		t.Skip("the fault suite runs alone, after the other packages: make test does it (LINEMQ_FAULT_SUITE=1)")
-	}
-	bin := filepath.Join(t.TempDir(), "linemq")
-	build := exec.Command("go", "build", "-o", bin, "github.com/linemq/linemq/cmd/linemq")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := suiteBinary(t, "three linemq processes under faults for about two minutes")
 	for _, run := range fixedSet {
 		if run.known != "" && os.Getenv("LINEMQ_FAULT_SUITE") != "all" {
 			t.Logf("seed %d left out (LINEMQ_FAULT_SUITE=all runs it): %s", run.seed, run.known)
@@ -285,18 +270,9 @@ func TestFaultSuite(t *testing.T) {
 // acknowledged message reaches every ordinary subscriber, the cut-off
 // node's included, in order, any second copy with DUP.
 func TestOrdinarySubscribersCutOff(t *testing.T) {
-	if testing.Short() {
-		t.Skip("three linemq processes, one cut off for 20 s: skipped in -short mode")
-	}
-	if os.Getenv("LINEMQ_FAULT_SUITE") == "" {
-		t.Skip("the fault suite runs alone, after the other packages: make test does it (LINEMQ_FAULT_SUITE=1)")
-	}
+	bin := suiteBinary(t, "three linemq processes, one cut off for 20 s")
 	if why := NetnsUsable(); why != nil {
 		t.Skipf("network namespaces unusable here: %v", why)
-	}
-	bin := filepath.Join(t.TempDir(), "linemq")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/linemq/linemq/cmd/linemq").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

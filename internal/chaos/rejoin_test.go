@@ -3,8 +3,6 @@ package chaos
 import (
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -19,12 +17,7 @@ import (
 // to another gateway and its old connection here must close (the fault
 // suite's 5 s takeover bound).
 func TestCutOffMemberRejoins(t *testing.T) {
-	if testing.Short() {
-		t.Skip("three linemq processes, one cut off for 15 s: skipped in -short mode")
-	}
-	if os.Getenv("LINEMQ_FAULT_SUITE") == "" {
-		t.Skip("the fault suite runs alone, after the other packages: make test does it (LINEMQ_FAULT_SUITE=1)")
-	}
+	bin := suiteBinary(t, "three linemq processes, one cut off for 15 s")
 	if why := NetnsUsable(); why != nil {
 		t.Skipf("network namespaces unusable here: %v", why)
 	}
@@ -32,10 +25,6 @@ func TestCutOffMemberRejoins(t *testing.T) {
 		cut         = 15 * time.Second
 		rejoinBound = 3 * time.Second
 	)
-	bin := filepath.Join(t.TempDir(), "linemq")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/linemq/linemq/cmd/linemq").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	topo, err := NewNetns(os.Getpid())
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -37,16 +36,7 @@ func spPayload(seq, bdSeq int) []byte {
 // certificates at once, and the line publishes its NDEATH will, which
 // every remaining node counts.
 func TestSparkplugLine(t *testing.T) {
-	if testing.Short() {
-		t.Skip("three linemq processes: skipped in -short mode")
-	}
-	if os.Getenv("LINEMQ_FAULT_SUITE") == "" {
-		t.Skip("runs with the fault suite, after the other packages: make test does it (LINEMQ_FAULT_SUITE=1)")
-	}
-	bin := filepath.Join(t.TempDir(), "linemq")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/linemq/linemq/cmd/linemq").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := suiteBinary(t, "three linemq processes")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	topo, err := NewLoopback()
