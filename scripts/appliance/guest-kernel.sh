@@ -1,4 +1,5 @@
-# guest-kernel.sh: sourced by appliance-test.sh and powercut-test.sh.
+# guest-kernel.sh: sourced by appliance-test.sh, powercut-test.sh and
+# systemd-test.sh, which boot the guest.
 #
 # Every module the scripts load, fetched together so that a fresh
 # machine downloads the kernel package once; in an order that loads each
@@ -58,3 +59,11 @@ guest_kernel() {
 	fi
 	rm -rf "$tmp"
 }
+
+# free_ports N: N distinct loopback ports the OS hands out, all held open
+# until each is known (a port closed at once may be handed out again by
+# the next call: CI saw HTTP and the control port given the same one).
+free_ports() { python3 -c 'import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"; }

@@ -154,13 +154,6 @@ truncate -s 256M "$work/data.ext4"
 mkfs.ext4 -q -F -L linemq-data -m 0 "$work/data.ext4"
 
 # --- boot
-# free_ports N: N distinct loopback ports the OS hands out, all held open
-# until each is known (a port closed at once may be handed out again by
-# the next call: CI saw HTTP and the control port given the same one).
-free_ports() { python3 -c 'import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"; }
 guest() { # guest CMD...: runs CMD in the guest over SSH, as root, with the set's key
 	# ssh's own failures (255: no connection; dropbear is restarted when
 	# the set's keys are applied) are tried again; the command's are not.
