@@ -20,8 +20,8 @@ import (
 // stay open with the data written into them unacknowledged, and when the
 // link comes back they carry data again only at the sender's next
 // retransmission, which TCP spaces exponentially: measured, the member of
-// a gateway cut off for 9 s first heard its leader again 4.3 s after the
-// heal, one cut off for 15 s 5 to 13 s after it. The member has no
+// a gateway cut off for 8.9 s first heard its leader again 4.3 s after the
+// heal, one cut off for 15 s 11.8 s after it. The member has no
 // leader all that time (its pre-votes reach the leader, which ignores
 // them while its own followers answer it), and the gateway learns nothing
 // from etcd: not that its sessions were taken up elsewhere, nor anything
