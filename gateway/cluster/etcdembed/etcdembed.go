@@ -37,6 +37,11 @@
 // serves only once a majority of members are up. Wait on [Member.Ready] or
 // call [Member.WaitReady].
 //
+// A member that had a leader, lost it and reaches another member again
+// has this process's peer connections shut down so that etcd dials them
+// anew (streams.go): etcd would otherwise wait for TCP's retransmission
+// backoff after a cut link heals. It needs Linux (/proc/self/fd).
+//
 // Peer and client traffic is plain HTTP/2, or mutual TLS with
 // [Options.TLS] (every URL then https://): members verify each other's
 // certificates and those of their clients against the CA file. etcd reads
