@@ -311,12 +311,24 @@ func (n *Node) Unsubscribed(clientID, filter string) broker.Registration {
 	case shared:
 		return n.reg.RemoveMember(group, tf, clientID)
 	default:
-		w := n.reg.RemoveRoute(filter)
-		if w.Err() != nil {
-			return nil // a route this node never counted (a restored session's)
-		}
-		return w
+		return routeRemoval{n.reg.RemoveRoute(filter)}
 	}
+}
+
+// routeRemoval is the Registration of a route's removal. It does not
+// wait for the registrar when made: Unsubscribed runs inside the
+// registry's own event handlers (a session let go removes its routes),
+// and a handler waiting for the registrar stalls the registrar waiting
+// for the watcher. A route this node never counted (a restored
+// session's) is nothing to wait for, so ErrNotHeld completes it.
+type routeRemoval struct{ w *registry.Write }
+
+// Wait implements broker.Registration.
+func (r routeRemoval) Wait(ctx context.Context) error {
+	if err := r.w.Wait(ctx); err != nil && !errors.Is(err, registry.ErrNotHeld) {
+		return err
+	}
+	return nil
 }
 
 // Claim implements broker.Cluster: this node becomes the owner of the
