@@ -523,3 +523,48 @@ func TestForwardRefusedByAFullQueueIsSentAgain(t *testing.T) {
 		return len(got) == 12
 	})
 }
+
+// TestRerouteThatFindsNoSubscriberWaits: node 2 answers that its
+// subscriber is not there any more (the session was handed to node 3), but
+// node 1 has not learnt node 3's route yet. The messages node 1 routes
+// again match nothing anywhere for that moment; they are kept and routed
+// again until node 3's route is known, not dropped (fault suite: a line
+// killed just after a hand-over lost 922 acknowledged messages this way).
+func TestRerouteThatFindsNoSubscriberWaits(t *testing.T) {
+	net, s := startCluster(t, 3)
+	s[0].SetRemoteRoute("n2", "plain/#", true)
+	net.down["n2"].Store(true)
+	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
+	for i := range 5 {
+		if rc := pubAck(t, pub, uint16(i+1), "plain/t", fmt.Sprint(i)); rc != packet.Success {
+			t.Fatalf("publish %d: %v", i, rc)
+		}
+	}
+	h := windowSub(t, s[2].Addr, "historian", "plain/#", 100, 3600)
+	s[0].SetRemoteRoute("n2", "plain/#", false) // n2's route went with the session
+	net.down["n2"].Store(false)                 // back, without the subscriber
+	brokertest.Eventually(t, 5*time.Second, "node 1 to keep the 5 that matched nothing", func() bool {
+		return s[0].Unrouted().Waiting == 5
+	})
+	if got := drainPayloads(h); len(got) != 0 {
+		t.Fatalf("the historian got %v before its route was known", got)
+	}
+	s[0].SetRemoteRoute("n3", "plain/#", true)
+	got := map[string]bool{}
+	brokertest.Eventually(t, 10*time.Second, "the historian has the 5 messages", func() bool {
+		hd, body, err := h.Read(100 * time.Millisecond)
+		if err == nil && hd.Type == packet.PUBLISH {
+			var p packet.Publish
+			p.Decode(packet.V5, hd.Flags, body)
+			if !p.Dup {
+				t.Errorf("message %s routed again without DUP", p.Payload)
+			}
+			got[string(p.Payload)] = true
+		}
+		return len(got) == 5
+	})
+	brokertest.Eventually(t, 5*time.Second, "the list to be empty", func() bool {
+		u := s[0].Unrouted()
+		return u.Waiting == 0 && u.Kept == 5 && u.Routed == 5 && u.Dropped == 0
+	})
+}

@@ -452,12 +452,22 @@ func (o *outbox) release(waits []*remoteWait, written bool) {
 // left) to the subscriptions that match it now, here and on the nodes
 // whose routes match, with DUP: a subscriber that had it already gets it
 // again, marked. (A session that moved here while the message was on its
-// way to its old node is one of them.)
+// way to its old node is one of them.) One that matches nothing anywhere
+// is kept and routed again later (unrouted.go).
 func (srv *Server) reroute(from string, m *Message) {
 	c := m.dupCopy()
 	c.view.Store(0)   // routed again now, by this node's view of the adoptions
 	c.fromPeer = true // here: ordinary subscribers only, as a forward
 	c.owed = true     // the outbox lets it go: a full queue here must take it
+	if !srv.routeAgain(from, c) {
+		srv.keepUnrouted(c)
+	}
+}
+
+// routeAgain routes c, a copy made by reroute, to the subscriptions here
+// and to the nodes other than from whose routes match it, and reports
+// whether anything matched.
+func (srv *Server) routeAgain(from string, c *Message) bool {
 	var r router
 	r.route(srv, c, nil)
 	r.flush()
@@ -468,12 +478,17 @@ func (srv *Server) reroute(from string, m *Message) {
 			srv.forwardDurable(rr.node, "", c, nil)
 		}
 	}
+	return r.matched || len(nodes) > 0
 }
 
 // restoreOutbox rebuilds a node's outbox from its stored records at start;
 // every message in it goes again with DUP, since the node may have had it.
 func (srv *Server) restoreOutbox(rec *SessionRecord, msgs []*MessageRecord) {
 	node, _ := ForwardQueueOf(rec.ClientID)
+	if node == unroutedNode {
+		srv.restoreUnrouted(msgs)
+		return
+	}
 	o := srv.outbox(node)
 	now := srv.clock.Now()
 	slices.SortFunc(msgs, func(a, b *MessageRecord) int { return cmp.Compare(a.Seq, b.Seq) })

@@ -47,6 +47,7 @@ type Server struct {
 	clusterState
 	forwards  outboxes  // messages kept for other nodes' ordinary subscribers
 	redirects redirects // sessions handed to other nodes, still matched here (redirect.go)
+	unrouted  unrouted  // messages routed again that found no subscriber yet (unrouted.go)
 
 	// Decode and encode structs are borrowed per read and per send rather
 	// than kept in every connection: an idle connection then holds none.

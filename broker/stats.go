@@ -84,6 +84,12 @@ type Stats struct {
 	AcksHeld              uint64 // publisher acknowledgements held back by share-group backpressure
 	GroupDiscarded        uint64 // messages discarded because their share group ended
 	LookedBack            uint64 // messages a new subscription got that arrived after its SUBSCRIBE but were routed before it was handled (arrival.go)
+	// UnroutedWaiting and UnroutedDropped count the messages an outbox
+	// routed again (their subscriber moved or left) that matched no
+	// subscription anywhere: kept and routed again now, and dropped after
+	// a minute of that (their subscriber left for good). See unrouted.go.
+	UnroutedWaiting int
+	UnroutedDropped uint64
 }
 
 // Stats returns a snapshot of the broker's counters.
@@ -95,6 +101,7 @@ func (srv *Server) Stats() Stats {
 	groups := len(srv.groups)
 	srv.groupsMu.Unlock()
 	c := &srv.stats
+	un := srv.Unrouted()
 	return Stats{
 		ClientsConnected:      c.connected.Load(),
 		ClientsParked:         srv.parker.count(),
@@ -135,5 +142,7 @@ func (srv *Server) Stats() Stats {
 		AcksHeld:              c.acksHeld.Load(),
 		GroupDiscarded:        c.groupDiscarded.Load(),
 		LookedBack:            c.lookedBack.Load(),
+		UnroutedWaiting:       un.Waiting,
+		UnroutedDropped:       un.Dropped,
 	}
 }

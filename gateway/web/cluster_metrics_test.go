@@ -49,6 +49,8 @@ func TestClusterMetrics(t *testing.T) {
 		"linemq_cluster_sessions_adopted_total":                               "0",
 		"linemq_cluster_retained_from_peers_total":                            "0",
 		"linemq_cluster_retained_stale_total":                                 "0",
+		"linemq_cluster_unrouted_waiting":                                     "0",
+		"linemq_cluster_unrouted_dropped_total":                               "0",
 		`linemq_cluster_registry_state{state="degraded"}`:                     "1",
 		`linemq_cluster_registry_state{state="healthy"}`:                      "0",
 		"linemq_cluster_registry_revision":                                    "42",
