@@ -35,6 +35,7 @@ type registrar struct {
 
 	sess      *concurrency.Session // nil while there is no lease
 	oldLeases []clientv3.LeaseID   // leases lost, to revoke once registered again
+	lostLease bool                 // a lease was lost: catch up before registering again
 
 	// What this node holds: the truth every (re-)registration writes out.
 	held     map[string]string      // own-range key -> value (node, routes, members)
@@ -73,6 +74,9 @@ func (r *Registry) runRegistrar() {
 			// writes it in the transaction that clears an earlier run's
 			// keys, so the other nodes never see those routes and
 			// members go and come back.
+			if g.lostLease {
+				g.catchUp()
+			}
 			g.take()
 			if err := g.register(); err != nil {
 				if r.ctx.Err() != nil {
@@ -207,7 +211,34 @@ func (g *registrar) lost() {
 	g.sess.Orphan()
 	g.oldLeases = append(g.oldLeases, g.sess.Lease())
 	g.sess = nil
+	g.lostLease = true
 	r.lease.Store(0)
+}
+
+// catchUp waits, before this node registers again after losing its
+// lease, until its copy has delivered (OnEvent) every change etcd had when
+// asked: the sessions other nodes took meanwhile are let go first, and
+// with them their routes (queued for take), so the other nodes, seeing
+// this node registered, forward nothing here for clients it no longer has.
+// Registering first, a gateway back from a cut was sent a message for an
+// ordinary subscriber still connected to it, whose session another
+// gateway had adopted and queued older messages in; it delivered the
+// newer one, and the adopted session came back with the older ones after
+// it, without DUP (fault-suite seed 5). The wait is bounded by
+// RequestTimeout: a copy that cannot catch up must not keep the node from
+// registering.
+func (g *registrar) catchUp() {
+	r := g.r
+	ctx, cancel := context.WithTimeout(r.ctx, r.opts.RequestTimeout)
+	defer cancel()
+	resp, err := r.cli.Get(ctx, r.keys.node(r.opts.Node), clientv3.WithCountOnly())
+	if err != nil {
+		return // etcd does not answer: registering fails too, and is retried
+	}
+	if err := r.AwaitRevision(ctx, resp.Header.Revision); err != nil && r.ctx.Err() == nil {
+		r.log.Warn("registering again before this node's copy of the registry caught up",
+			"revision", resp.Header.Revision, "delivered", r.delivered.Load(), "err", err)
+	}
 }
 
 // register takes a new lease and writes everything this node holds under
@@ -236,6 +267,7 @@ func (g *registrar) register() error {
 		return err
 	}
 	r.lease.Store(int64(grant.ID))
+	g.lostLease = false
 	for _, id := range g.oldLeases {
 		g.revoke(id)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -463,5 +464,58 @@ func TestHandedOverClaimOutlivesItsCaller(t *testing.T) {
 			}
 			return !ok
 		})
+	}
+}
+
+// TestCatchUpBeforeRegisteringAgain: a node whose lease ran out while it
+// was cut off from etcd registers again only once its copy has delivered
+// what changed meanwhile. A session another node took in the meantime
+// reaches its OnEvent while it still has no lease, so its gateway lets the
+// client go before the other nodes see it back and forward anything to it
+// (fault-suite seed 5: an ordinary subscriber still connected to such a
+// gateway got a newer message there before the older ones its adopted
+// session brought back).
+func TestCatchUpBeforeRegisteringAgain(t *testing.T) {
+	cli, proxy := shared.ProxiedClient(t)
+	var self atomic.Pointer[registry.Registry]
+	var leaseAtTakeover atomic.Int64
+	leaseAtTakeover.Store(-1) // not seen yet
+	a := start(t, cli, "a", func(o *registry.Options) {
+		o.TTL = 2 * time.Second
+		record := o.OnEvent
+		o.OnEvent = func(ev registry.Event) {
+			record(ev)
+			if r := self.Load(); r != nil && ev.Kind == registry.SessionOwned && ev.Client == "c1" && ev.Owner.Node == "b" {
+				leaseAtTakeover.Store(int64(r.Lease()))
+			}
+		}
+	})
+	self.Store(a.Registry)
+	b := start(t, shared.Client(t), "b", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	c, err := a.ClaimSession(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caughtUp(t, c.Revision, b)
+	old := a.Lease()
+
+	proxy.Cut()
+	eventually(t, "a's lease to run out (its record of c1 gone)", func() bool {
+		_, ok := b.SessionOwner("c1")
+		return !ok
+	})
+	if _, err := b.ClaimSession(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Resume()
+	eventually(t, "a to register again", func() bool {
+		l := a.Lease()
+		return l != 0 && l != old
+	})
+	eventually(t, "a to see b's claim of c1", func() bool { return leaseAtTakeover.Load() != -1 })
+	if l := leaseAtTakeover.Load(); l != 0 {
+		t.Errorf("a saw b's claim of c1 holding lease %x: it registered again before its copy caught up", l)
 	}
 }
