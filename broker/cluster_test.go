@@ -568,3 +568,51 @@ func TestRerouteThatFindsNoSubscriberWaits(t *testing.T) {
 		return u.Waiting == 0 && u.Kept == 5 && u.Routed == 5 && u.Dropped == 0
 	})
 }
+
+// TestFailOverNamesTheAdoptedSessions: what node 1 kept for node 2, gone
+// and failed over, goes to the sessions adopted from node 2 by name. Node
+// 3, where the historian was adopted, also has a subscriber of its own of
+// the same topics, which had the messages when they were published: it
+// gets no second copy, and the messages cannot be taken there by it in
+// the historian's stead (fault suite: after the historian moved on and the
+// line was restarted, its node took them for its own subscriber alone).
+// A session adopted on node 1 itself gets them straight.
+func TestFailOverNamesTheAdoptedSessions(t *testing.T) {
+	net, s := startCluster(t, 3)
+	s[0].SetRemoteRoute("n2", "plain/#", true)
+	net.down["n2"].Store(true)
+	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
+	for i := range 5 {
+		if rc := pubAck(t, pub, uint16(i+1), "plain/t", fmt.Sprint(i)); rc != packet.Success {
+			t.Fatalf("publish %d: %v", i, rc)
+		}
+	}
+	h := windowSub(t, s[2].Addr, "historian", "plain/#", 100, 3600)
+	other := windowSub(t, s[2].Addr, "other", "plain/#", 100, 3600)
+	local := windowSub(t, s[0].Addr, "local", "plain/#", 100, 3600)
+	s[0].SetRemoteRoute("n3", "plain/#", true)
+	s[0].NodeFailedOver("n2", map[string]string{"historian": "n3", "local": "", "elsewhere": "n9"})
+
+	for _, c := range []struct {
+		name string
+		cl   *brokertest.Client
+	}{{"historian", h}, {"local", local}} {
+		got := map[string]bool{}
+		brokertest.Eventually(t, 5*time.Second, c.name+" has the 5 messages", func() bool {
+			hd, body, err := c.cl.Read(100 * time.Millisecond)
+			if err == nil && hd.Type == packet.PUBLISH {
+				var p packet.Publish
+				p.Decode(packet.V5, hd.Flags, body)
+				if !p.Dup {
+					t.Errorf("%s: message %s failed over without DUP", c.name, p.Payload)
+				}
+				c.cl.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+				got[string(p.Payload)] = true
+			}
+			return len(got) == 5
+		})
+	}
+	if got := drainPayloads(other); len(got) != 0 {
+		t.Errorf("node 3's own subscriber got %v: the copies were for the historian alone", got)
+	}
+}

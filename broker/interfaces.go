@@ -214,14 +214,17 @@ type MessageRecord struct {
 	// message queued to many sessions has one id, so that a Store can keep
 	// its body once and hand back one shared *Message at Load. 0 means the
 	// record does not share its body.
-	MessageID   uint64
-	Message     *Message
-	QoS         byte   // QoS it is delivered at
-	Retain      bool   // RETAIN flag to deliver with
-	PacketID    uint16 // 0 while queued
-	Sent        bool   // sent at least once: a resend sets DUP
-	Released    bool   // QoS 2: PUBREC received, PUBREL sent
-	GroupName   string // share group it was dispatched for, "" if none
+	MessageID uint64
+	Message   *Message
+	QoS       byte   // QoS it is delivered at
+	Retain    bool   // RETAIN flag to deliver with
+	PacketID  uint16 // 0 while queued
+	Sent      bool   // sent at least once: a resend sets DUP
+	Released  bool   // QoS 2: PUBREC received, PUBREL sent
+	// GroupName is the share group it was dispatched for, "" if none. In
+	// a forward queue's record (ForwardQueueOf) it names the client the
+	// message is for, "" for the node's ordinary subscribers.
+	GroupName   string
 	GroupFilter string
 	SubIDs      []uint32
 }

@@ -200,7 +200,7 @@ func (o *outbox) storeLocked(e *outboxEntry) bool {
 		o.srv.storeErr("save forward queue", o.id, store.SaveSession(&SessionRecord{ClientID: o.id, Version: packet.V5, ExpiryInterval: neverExpires}))
 	}
 	e.stored = true
-	o.srv.storeErr("save forward", o.id, store.SaveMessage(o.id, &MessageRecord{Seq: e.seq, MessageID: e.msg.storeID(&o.srv.msgIDs), Message: e.msg, QoS: e.msg.QoS}))
+	o.srv.storeErr("save forward", o.id, store.SaveMessage(o.id, &MessageRecord{Seq: e.seq, MessageID: e.msg.storeID(&o.srv.msgIDs), Message: e.msg, QoS: e.msg.QoS, GroupName: e.client}))
 	return true
 }
 
@@ -499,7 +499,7 @@ func (srv *Server) restoreOutbox(rec *SessionRecord, msgs []*MessageRecord) {
 			srv.msgIDs.Store(max(srv.msgIDs.Load(), mr.MessageID))
 			mr.Message.id.Store(mr.MessageID)
 		}
-		e := &outboxEntry{seq: mr.Seq, msg: mr.Message, size: int64(len(mr.Message.Topic) + len(mr.Message.Payload)),
+		e := &outboxEntry{seq: mr.Seq, msg: mr.Message, client: mr.GroupName, size: int64(len(mr.Message.Topic) + len(mr.Message.Payload)),
 			at: now, sent: true, stored: true}
 		o.entries = append(o.entries, e)
 		o.bytes += e.size

@@ -135,12 +135,18 @@ func (sub *subscription) record() SubscriptionRecord {
 }
 
 // NodeFailedOver says that node is gone and the sessions it held live on
-// other nodes now, adopted from their replicas: its routes go, and what
-// this node kept for its subscribers (its outbox, which waits for a node
-// that is away) is routed again, with DUP, to the subscriptions that match
-// now, where the adopted sessions subscribe. The publishers waiting for it
-// are acknowledged once the new copies are durable.
-func (srv *Server) NodeFailedOver(node string) {
+// other nodes now, adopted from their replicas (adopted: client -> the
+// node that owns it now, "" for this one): its routes go, and what this
+// node kept for its subscribers (its outbox, which waits for a node that
+// is away) goes, with DUP, to the adopted sessions by name. Sent to
+// their nodes for their ordinary subscribers instead, it would be taken
+// there by any other subscriber of the topic, and not reach the adopted
+// session once that has moved on (fault suite: 922 and 998 messages
+// missed by a session handed back to its gateway just before the whole
+// line was killed). With no adoption known, it is routed again to the
+// subscriptions that match now. The publishers waiting for it are
+// acknowledged once the new copies are durable.
+func (srv *Server) NodeFailedOver(node string, adopted map[string]string) {
 	srv.routesMu.Lock()
 	for key, rr := range srv.routes {
 		if key.node == node {
@@ -163,7 +169,6 @@ func (srv *Server) NodeFailedOver(node string) {
 	o.gen++ // an answer still on its way finds nothing to complete
 	var waits []*remoteWait
 	for _, e := range entries {
-		o.forgetLocked(e)
 		if e.wait != nil {
 			waits = append(waits, e.wait)
 			e.wait = nil
@@ -171,13 +176,80 @@ func (srv *Server) NodeFailedOver(node string) {
 		o.rerouted++
 	}
 	o.mu.Unlock()
+	// The new copies are written before the old records go, so that a
+	// crash between the two leaves a message twice rather than nowhere.
+	named := 0
 	for _, e := range entries {
-		srv.reroute(node, e.msg)
+		named += srv.failOver(node, e, adopted)
 	}
+	o.mu.Lock()
+	for _, e := range entries {
+		o.forgetLocked(e)
+	}
+	o.mu.Unlock()
 	if len(entries) > 0 {
-		srv.log.Info("routed again what was kept for a node whose sessions failed over", "node", node, "messages", len(entries))
+		srv.log.Info("routed again what was kept for a node whose sessions failed over", "node", node,
+			"messages", len(entries), "to_adopted_sessions", named, "adopted", len(adopted))
 	}
 	if len(waits) > 0 {
 		go o.release(waits, true)
 	}
+}
+
+// failOver sends e, kept for node's subscribers (or for one client of
+// node, e.client), to the sessions adopted from node, and returns how many
+// copies it sent by name. A copy named for a client goes to its node
+// only if that node has a route matching it; one for this node goes
+// straight to the session.
+func (srv *Server) failOver(node string, e *outboxEntry, adopted map[string]string) int {
+	c := e.msg.dupCopy()
+	c.view.Store(0)
+	c.fromPeer, c.owed = true, true
+	if e.client != "" {
+		if owner, ok := adopted[e.client]; ok {
+			srv.sendNamed(e.client, owner, c)
+			return 1
+		}
+		srv.reroute(node, e.msg)
+		return 0
+	}
+	if len(adopted) == 0 {
+		srv.reroute(node, e.msg)
+		return 0
+	}
+	var routed []string // nodes with a route matching c
+	for _, rr := range srv.remote.Match(c.topicBytes) {
+		if !slices.Contains(routed, rr.node) {
+			routed = append(routed, rr.node)
+		}
+	}
+	n := 0
+	for client, owner := range adopted {
+		if owner == "" || slices.Contains(routed, owner) {
+			srv.sendNamed(client, owner, c)
+			n++
+		}
+	}
+	if n == 0 {
+		// No adopted session's node routes it: perhaps it was for a
+		// session that did not outlive its node, perhaps a route not yet
+		// seen here. Routed again as before, it reaches whoever matches.
+		srv.reroute(node, e.msg)
+	}
+	return n
+}
+
+// sendNamed gives c to client's session on owner ("" for this node), by
+// name: there only its own subscriptions are matched. What this node
+// cannot give it (the session moved on meanwhile) is routed again.
+func (srv *Server) sendNamed(client, owner string, c *Message) {
+	if owner != "" {
+		srv.forwardDurable(owner, client, c, nil)
+		return
+	}
+	srv.deliverMoved(client, c, func(accepted bool, err error) {
+		if !accepted && err == nil {
+			srv.reroute("", c)
+		}
+	})
 }

@@ -445,7 +445,13 @@ func (h *held) finish(origin string, force bool) {
 	n.parkMu.Lock()
 	delete(n.parked, origin)
 	n.parkMu.Unlock()
-	n.srv.NodeFailedOver(origin)
+	adopted := n.reg.AdoptedFrom(origin)
+	for client, owner := range adopted {
+		if owner == n.self {
+			adopted[client] = "" // the broker's name for itself
+		}
+	}
+	n.srv.NodeFailedOver(origin, adopted)
 	n.log.Info("the sessions of a gateway that is gone live on the others now", "node", origin, "waited_for_all", !force)
 }
 

@@ -374,6 +374,21 @@ func (r *Registry) MembersLocalFirst(group, filter string) []Member {
 	return r.copy.membersLocalFirst(GroupKey{group, filter}, r.opts.Node)
 }
 
+// AdoptedFrom returns the clients whose sessions the copy shows adopted
+// from node's replicas (Owner.ReplicaOf), each with the node that owns it
+// now.
+func (r *Registry) AdoptedFrom(node string) map[string]string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := map[string]string{}
+	for client, o := range r.copy.sessions {
+		if o.ReplicaOf == node && o.Node != "" {
+			out[client] = o.Node
+		}
+	}
+	return out
+}
+
 // SessionOwner returns the owner of client's session as the copy has it.
 func (r *Registry) SessionOwner(client string) (Owner, bool) {
 	r.mu.RLock()
