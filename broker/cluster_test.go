@@ -528,8 +528,8 @@ func TestForwardRefusedByAFullQueueIsSentAgain(t *testing.T) {
 // subscriber is not there any more (the session was handed to node 3), but
 // node 1 has not learnt node 3's route yet. The messages node 1 routes
 // again match nothing anywhere for that moment; they are kept and routed
-// again until node 3's route is known, not dropped (fault suite: a line
-// killed just after a hand-over lost 922 acknowledged messages this way).
+// again until node 3's route is known, not dropped (before, they were
+// dropped without a word: acknowledged, delivered to nobody).
 func TestRerouteThatFindsNoSubscriberWaits(t *testing.T) {
 	net, s := startCluster(t, 3)
 	s[0].SetRemoteRoute("n2", "plain/#", true)
@@ -614,5 +614,34 @@ func TestFailOverNamesTheAdoptedSessions(t *testing.T) {
 	}
 	if got := drainPayloads(other); len(got) != 0 {
 		t.Errorf("node 3's own subscriber got %v: the copies were for the historian alone", got)
+	}
+}
+
+// TestUnroutedDroppedAfterItsGrace: messages routed again that no
+// subscription anywhere takes (their subscriber unsubscribed while they
+// were on their way) are kept for the grace, then dropped and counted.
+func TestUnroutedDroppedAfterItsGrace(t *testing.T) {
+	clk := brokertest.NewFakeClock()
+	net, s := startClusterOpts(t, 2, broker.Options{Clock: clk})
+	s[0].SetRemoteRoute("n2", "plain/#", true)
+	net.down["n2"].Store(true)
+	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
+	for i := range 2 {
+		if rc := pubAck(t, pub, uint16(i+1), "plain/t", fmt.Sprint(i)); rc != packet.Success {
+			t.Fatalf("publish %d: %v", i, rc)
+		}
+	}
+	s[0].SetRemoteRoute("n2", "plain/#", false) // its subscriber left
+	net.down["n2"].Store(false)
+	brokertest.Eventually(t, 5*time.Second, "node 1 to keep the 2", func() bool { return s[0].Unrouted().Waiting == 2 })
+	for range 10 {
+		clk.Advance(2 * time.Second)
+	}
+	brokertest.Eventually(t, 5*time.Second, "the 2 dropped", func() bool {
+		u := s[0].Unrouted()
+		return u.Waiting == 0 && u.Dropped == 2 && u.Routed == 0
+	})
+	if st := s[0].Stats(); st.UnroutedDropped != 2 {
+		t.Errorf("Stats().UnroutedDropped = %d, want 2", st.UnroutedDropped)
 	}
 }

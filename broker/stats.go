@@ -87,7 +87,7 @@ type Stats struct {
 	// UnroutedWaiting and UnroutedDropped count the messages an outbox
 	// routed again (their subscriber moved or left) that matched no
 	// subscription anywhere: kept and routed again now, and dropped after
-	// a minute of that (their subscriber left for good). See unrouted.go.
+	// 15 s of that (their subscriber left). See unrouted.go.
 	UnroutedWaiting int
 	UnroutedDropped uint64
 }

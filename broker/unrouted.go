@@ -31,9 +31,12 @@ import (
 const unroutedNode = ""
 
 // unroutedGrace is how long an unrouted message is routed again before it
-// is taken for one whose subscriber left: longer than a hand-over's
-// redirect lives (redirectMax) and than a line takes to start again.
-const unroutedGrace = 60 * time.Second
+// is taken for one whose subscriber left: longer than a line takes to
+// start again and its copies to read each other's routes (a few seconds),
+// and short, since a subscription made meanwhile that matches it gets it
+// too (with DUP) though it was published before. A subscriber's
+// UNSUBSCRIBE while messages were on their way to it ends so as well.
+const unroutedGrace = 15 * time.Second
 
 // unroutedRetryMin and unroutedRetryMax bound the pause between rounds.
 const (
@@ -76,7 +79,7 @@ func (srv *Server) keepUnrouted(c *Message) {
 	first := len(u.msgs) == 1
 	u.mu.Unlock()
 	if first {
-		srv.log.Warn("a message routed again found no subscriber on any node: kept and routed again until one takes it",
+		srv.log.Info("a message routed again found no subscriber on any node: kept and routed again until one takes it",
 			"topic", c.Topic, "for", unroutedGrace)
 	}
 	srv.scheduleUnrouted(false)
@@ -164,7 +167,9 @@ func (srv *Server) routeUnrouted() {
 		srv.log.Info("messages that had found no subscriber routed again", "messages", routed, "still_waiting", len(left))
 	}
 	if dropped > 0 {
-		srv.log.Warn("messages dropped: routed again for longer than their grace, no subscriber on any node took them (it left)",
+		// Info, not a warning: a subscriber that unsubscribed while
+		// messages were on their way to it ends this way too.
+		srv.log.Info("messages dropped: routed again for longer than their grace, no subscriber on any node took them (it left)",
 			"messages", dropped, "grace", unroutedGrace)
 	}
 	srv.scheduleUnrouted(true)

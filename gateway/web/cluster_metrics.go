@@ -105,7 +105,7 @@ func newClusterCollector(s *Server) *clusterCollector {
 	bs("sessions_adopted_total", "Sessions taken from another node for a client resuming here.", func(s *broker.Stats) float64 { return float64(s.SessionsAdopted) })
 	bs("retained_from_peers_total", "Retained messages and clears from other nodes kept here (later writes than this node's).", func(s *broker.Stats) float64 { return float64(s.RetainedFromPeers) })
 	c.brokerScalars = append(c.brokerScalars, scalar{newMetric("cluster_unrouted_waiting", "Messages routed again (their subscriber moved or left) that no subscription on any node has taken yet: kept and routed again.", gauge), func(s *broker.Stats) float64 { return float64(s.UnroutedWaiting) }})
-	bs("unrouted_dropped_total", "Messages routed again that no subscription on any node took for a minute (their subscriber left): dropped.", func(s *broker.Stats) float64 { return float64(s.UnroutedDropped) })
+	bs("unrouted_dropped_total", "Messages routed again that no subscription on any node took for 15 s (their subscriber left): dropped.", func(s *broker.Stats) float64 { return float64(s.UnroutedDropped) })
 	bs("retained_stale_total", "Retained writes not kept because the topic held a later write from another node.", func(s *broker.Stats) float64 { return float64(s.RetainedStale) })
 
 	c.wills = []series[WillStats]{
