@@ -74,11 +74,15 @@ func (r *Registry) runRegistrar() {
 			// writes it in the transaction that clears an earlier run's
 			// keys, so the other nodes never see those routes and
 			// members go and come back.
+			var err error
 			if g.lostLease {
-				g.catchUp()
+				err = g.catchUp()
 			}
-			g.take()
-			if err := g.register(); err != nil {
+			if err == nil {
+				g.take()
+				err = g.register()
+			}
+			if err != nil {
 				if r.ctx.Err() != nil {
 					return
 				}
@@ -226,19 +230,24 @@ func (g *registrar) lost() {
 // newer one, and the adopted session came back with the older ones after
 // it, without DUP (fault-suite seed 5). The wait is bounded by
 // RequestTimeout: a copy that cannot catch up must not keep the node from
-// registering.
-func (g *registrar) catchUp() {
+// registering. When etcd does not answer the revision's read, catchUp
+// fails and the registration waits for the next try: registering anyway,
+// as etcd came back between the two requests, a gateway registered 20 ms
+// before its copy's re-read let the adopted session go (fault-suite seed
+// 5 again, two messages out of order).
+func (g *registrar) catchUp() error {
 	r := g.r
 	ctx, cancel := context.WithTimeout(r.ctx, r.opts.RequestTimeout)
 	defer cancel()
 	resp, err := r.cli.Get(ctx, r.keys.node(r.opts.Node), clientv3.WithCountOnly())
 	if err != nil {
-		return // etcd does not answer: registering fails too, and is retried
+		return fmt.Errorf("registry: reading the revision to catch up to: %w", err)
 	}
 	if err := r.AwaitRevision(ctx, resp.Header.Revision); err != nil && r.ctx.Err() == nil {
 		r.log.Warn("registering again before this node's copy of the registry caught up",
 			"revision", resp.Header.Revision, "delivered", r.delivered.Load(), "err", err)
 	}
+	return nil
 }
 
 // register takes a new lease and writes everything this node holds under
