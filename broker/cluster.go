@@ -143,7 +143,7 @@ type ClusterInbound interface {
 	ReplicaSnapshot(clientID string, f func(st *SessionState)) bool
 	AdoptReplica(st *SessionState, disconnected time.Time, from string, view uint64) error
 	DropReplicated(clientID string, upTo uint64, owner string)
-	NodeFailedOver(node string, adopted map[string]string)
+	NodeFailedOver(node string, adopted map[string]string, back []string)
 }
 
 var _ ClusterInbound = (*Server)(nil)

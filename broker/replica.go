@@ -146,10 +146,19 @@ func (sub *subscription) record() SubscriptionRecord {
 // line was killed). With no adoption known, it is routed again to the
 // subscriptions that match now. The publishers waiting for it are
 // acknowledged once the new copies are durable.
-func (srv *Server) NodeFailedOver(node string, adopted map[string]string) {
+//
+// back, when not nil, says that node is registered again, a new run (a
+// blank card, or a fail-over that ended only after its return): back is
+// its routes now. They stay, and so does its outbox, which serves the new
+// run; the adopted sessions get their copies by name besides. Dropping
+// them, a gateway stopped forwarding to the new run's subscribers and
+// routed what was on its way to it elsewhere (fault suite: one message
+// lost, published 10 ms after a fail-over ended 3 s after its gateway's
+// return).
+func (srv *Server) NodeFailedOver(node string, adopted map[string]string, back []string) {
 	srv.routesMu.Lock()
 	for key, rr := range srv.routes {
-		if key.node == node {
+		if key.node == node && (back == nil || !slices.Contains(back, rr.filter)) {
 			delete(srv.routes, key)
 			srv.remote.Remove(rr.filter, rr)
 		}
@@ -163,6 +172,20 @@ func (srv *Server) NodeFailedOver(node string, adopted map[string]string) {
 	}
 	o.rerouteMu.Lock()
 	defer o.rerouteMu.Unlock()
+	if back != nil {
+		o.mu.Lock()
+		entries := slices.Clone(o.entries)
+		o.mu.Unlock()
+		named := 0
+		for _, e := range entries {
+			named += srv.failOver(node, e, adopted, false)
+		}
+		if named > 0 {
+			srv.log.Info("sent what was kept for a node back with a new run to the sessions adopted from its earlier one", "node", node,
+				"messages", len(entries), "to_adopted_sessions", named, "adopted", len(adopted))
+		}
+		return
+	}
 	o.mu.Lock()
 	entries := o.entries
 	o.entries, o.next, o.inflight, o.bytes = nil, 0, 0, 0
@@ -180,7 +203,7 @@ func (srv *Server) NodeFailedOver(node string, adopted map[string]string) {
 	// crash between the two leaves a message twice rather than nowhere.
 	named := 0
 	for _, e := range entries {
-		named += srv.failOver(node, e, adopted)
+		named += srv.failOver(node, e, adopted, true)
 	}
 	o.mu.Lock()
 	for _, e := range entries {
@@ -200,8 +223,9 @@ func (srv *Server) NodeFailedOver(node string, adopted map[string]string) {
 // node, e.client), to the sessions adopted from node, and returns how many
 // copies it sent by name. A copy named for a client goes to its node
 // only if that node has a route matching it; one for this node goes
-// straight to the session.
-func (srv *Server) failOver(node string, e *outboxEntry, adopted map[string]string) int {
+// straight to the session. With reroute, what no adopted session is
+// named for is routed again to whoever matches it.
+func (srv *Server) failOver(node string, e *outboxEntry, adopted map[string]string, reroute bool) int {
 	c := e.msg.dupCopy()
 	c.view.Store(0)
 	c.fromPeer, c.owed = true, true
@@ -210,11 +234,15 @@ func (srv *Server) failOver(node string, e *outboxEntry, adopted map[string]stri
 			srv.sendNamed(e.client, owner, c)
 			return 1
 		}
-		srv.reroute(node, e.msg)
+		if reroute {
+			srv.reroute(node, e.msg)
+		}
 		return 0
 	}
 	if len(adopted) == 0 {
-		srv.reroute(node, e.msg)
+		if reroute {
+			srv.reroute(node, e.msg)
+		}
 		return 0
 	}
 	var routed []string // nodes with a route matching c
@@ -230,7 +258,7 @@ func (srv *Server) failOver(node string, e *outboxEntry, adopted map[string]stri
 			n++
 		}
 	}
-	if n == 0 {
+	if n == 0 && reroute {
 		// No adopted session's node routes it: perhaps it was for a
 		// session that did not outlive its node, perhaps a route not yet
 		// seen here. Routed again as before, it reaches whoever matches.

@@ -451,7 +451,14 @@ func (h *held) finish(origin string, force bool) {
 			adopted[client] = "" // the broker's name for itself
 		}
 	}
-	n.srv.NodeFailedOver(origin, adopted)
+	var back []string // a new run of origin registered meanwhile: its routes
+	if n.registered(origin) {
+		back = n.reg.Routes(origin)
+		if back == nil {
+			back = []string{}
+		}
+	}
+	n.srv.NodeFailedOver(origin, adopted, back)
 	n.log.Info("the sessions of a gateway that is gone live on the others now", "node", origin, "waited_for_all", !force)
 }
 
