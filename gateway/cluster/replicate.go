@@ -134,6 +134,12 @@ type replicaLink struct {
 	seqs    map[string]uint64 // per client, the last message seq the replica has durably
 	gone    bool
 	wake    chan struct{}
+	// pauseUntil holds the link back after a batch the replica refused
+	// or did not take: until then what is queued is given up on, and the
+	// resync waits. Without it a replica that kept refusing (a node still
+	// failing over this node's earlier run) was sent a resync thousands
+	// of times a second.
+	pauseUntil time.Time
 }
 
 // targets returns the replica nodes of client: the count highest
@@ -422,9 +428,10 @@ func (l *replicaLink) drain(enc *batchEncoder) bool {
 		case l.gone:
 			l.mu.Unlock()
 			return false
-		case !r.available(l.node):
+		case !r.available(l.node) || time.Now().Before(l.pauseUntil):
 			// Nobody waits for a replica that cannot answer: what is
-			// queued is given up on, and sent whole later (resync).
+			// queued is given up on, and sent whole later (resync), at
+			// the next poll.
 			if n := len(l.ops); n > 0 {
 				l.ops = l.ops[:0]
 				l.giveUpLocked(n)
@@ -458,6 +465,7 @@ func (l *replicaLink) drain(enc *batchEncoder) bool {
 		l.mu.Lock()
 		if !ok {
 			l.giveUpLocked(n)
+			l.pauseUntil = time.Now().Add(resyncPoll)
 			l.mu.Unlock()
 			return true
 		}
