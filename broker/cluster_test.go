@@ -534,12 +534,7 @@ func TestRerouteThatFindsNoSubscriberWaits(t *testing.T) {
 	net, s := startCluster(t, 3)
 	s[0].SetRemoteRoute("n2", "plain/#", true)
 	net.down["n2"].Store(true)
-	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
-	for i := range 5 {
-		if rc := pubAck(t, pub, uint16(i+1), "plain/t", fmt.Sprint(i)); rc != packet.Success {
-			t.Fatalf("publish %d: %v", i, rc)
-		}
-	}
+	publishPlain(t, s[0].Addr, 5)
 	h := windowSub(t, s[2].Addr, "historian", "plain/#", 100, 3600)
 	s[0].SetRemoteRoute("n2", "plain/#", false) // n2's route went with the session
 	net.down["n2"].Store(false)                 // back, without the subscriber
@@ -550,19 +545,7 @@ func TestRerouteThatFindsNoSubscriberWaits(t *testing.T) {
 		t.Fatalf("the historian got %v before its route was known", got)
 	}
 	s[0].SetRemoteRoute("n3", "plain/#", true)
-	got := map[string]bool{}
-	brokertest.Eventually(t, 10*time.Second, "the historian has the 5 messages", func() bool {
-		hd, body, err := h.Read(100 * time.Millisecond)
-		if err == nil && hd.Type == packet.PUBLISH {
-			var p packet.Publish
-			p.Decode(packet.V5, hd.Flags, body)
-			if !p.Dup {
-				t.Errorf("message %s routed again without DUP", p.Payload)
-			}
-			got[string(p.Payload)] = true
-		}
-		return len(got) == 5
-	})
+	collectDup(t, h, "the historian", 5)
 	brokertest.Eventually(t, 5*time.Second, "the list to be empty", func() bool {
 		u := s[0].Unrouted()
 		return u.Waiting == 0 && u.Kept == 5 && u.Routed == 5 && u.Dropped == 0
@@ -581,37 +564,15 @@ func TestFailOverNamesTheAdoptedSessions(t *testing.T) {
 	net, s := startCluster(t, 3)
 	s[0].SetRemoteRoute("n2", "plain/#", true)
 	net.down["n2"].Store(true)
-	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
-	for i := range 5 {
-		if rc := pubAck(t, pub, uint16(i+1), "plain/t", fmt.Sprint(i)); rc != packet.Success {
-			t.Fatalf("publish %d: %v", i, rc)
-		}
-	}
+	publishPlain(t, s[0].Addr, 5)
 	h := windowSub(t, s[2].Addr, "historian", "plain/#", 100, 3600)
 	other := windowSub(t, s[2].Addr, "other", "plain/#", 100, 3600)
 	local := windowSub(t, s[0].Addr, "local", "plain/#", 100, 3600)
 	s[0].SetRemoteRoute("n3", "plain/#", true)
 	s[0].NodeFailedOver("n2", map[string]string{"historian": "n3", "local": "", "elsewhere": "n9"}, nil)
 
-	for _, c := range []struct {
-		name string
-		cl   *brokertest.Client
-	}{{"historian", h}, {"local", local}} {
-		got := map[string]bool{}
-		brokertest.Eventually(t, 5*time.Second, c.name+" has the 5 messages", func() bool {
-			hd, body, err := c.cl.Read(100 * time.Millisecond)
-			if err == nil && hd.Type == packet.PUBLISH {
-				var p packet.Publish
-				p.Decode(packet.V5, hd.Flags, body)
-				if !p.Dup {
-					t.Errorf("%s: message %s failed over without DUP", c.name, p.Payload)
-				}
-				c.cl.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
-				got[string(p.Payload)] = true
-			}
-			return len(got) == 5
-		})
-	}
+	collectDup(t, h, "the historian", 5)
+	collectDup(t, local, "local", 5)
 	if got := drainPayloads(other); len(got) != 0 {
 		t.Errorf("node 3's own subscriber got %v: the copies were for the historian alone", got)
 	}
@@ -625,12 +586,7 @@ func TestUnroutedDroppedAfterItsGrace(t *testing.T) {
 	net, s := startClusterOpts(t, 2, broker.Options{Clock: clk})
 	s[0].SetRemoteRoute("n2", "plain/#", true)
 	net.down["n2"].Store(true)
-	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
-	for i := range 2 {
-		if rc := pubAck(t, pub, uint16(i+1), "plain/t", fmt.Sprint(i)); rc != packet.Success {
-			t.Fatalf("publish %d: %v", i, rc)
-		}
-	}
+	publishPlain(t, s[0].Addr, 2)
 	s[0].SetRemoteRoute("n2", "plain/#", false) // its subscriber left
 	net.down["n2"].Store(false)
 	brokertest.Eventually(t, 5*time.Second, "node 1 to keep the 2", func() bool { return s[0].Unrouted().Waiting == 2 })
@@ -656,12 +612,7 @@ func TestFailOverOfANodeBackKeepsItsNewRun(t *testing.T) {
 	net, s := startCluster(t, 3)
 	s[0].SetRemoteRoute("n2", "plain/#", true)
 	net.down["n2"].Store(true)
-	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
-	for i := range 3 {
-		if rc := pubAck(t, pub, uint16(i+1), "plain/t", fmt.Sprint(i)); rc != packet.Success {
-			t.Fatalf("publish %d: %v", i, rc)
-		}
-	}
+	pub := publishPlain(t, s[0].Addr, 3)
 	h := windowSub(t, s[2].Addr, "historian", "plain/#", 100, 3600)
 	s[0].SetRemoteRoute("n3", "plain/#", true)
 	fresh := windowSub(t, s[1].Addr, "fresh", "plain/#", 100, 3600)
@@ -683,4 +634,39 @@ func TestFailOverOfANodeBackKeepsItsNewRun(t *testing.T) {
 			return len(got) == c.want
 		})
 	}
+}
+
+// publishPlain publishes n QoS 1 messages "0".."n-1" to plain/t on addr,
+// each acknowledged, and returns the publisher.
+func publishPlain(t *testing.T, addr string, n int) *brokertest.Client {
+	t.Helper()
+	pub, _ := brokertest.Connect(t, addr, rawV5("pub", true))
+	for i := range n {
+		if rc := pubAck(t, pub, uint16(i+1), "plain/t", fmt.Sprint(i)); rc != packet.Success {
+			t.Fatalf("publish %d: %v", i, rc)
+		}
+	}
+	return pub
+}
+
+// collectDup reads cl's messages, acknowledging each, until it has want
+// distinct payloads; every one must carry DUP (a copy routed again).
+func collectDup(t *testing.T, cl *brokertest.Client, name string, want int) {
+	t.Helper()
+	got := map[string]bool{}
+	brokertest.Eventually(t, 10*time.Second, fmt.Sprintf("%s to have %d messages", name, want), func() bool {
+		hd, body, err := cl.Read(100 * time.Millisecond)
+		if err == nil && hd.Type == packet.PUBLISH {
+			var p packet.Publish
+			p.Decode(packet.V5, hd.Flags, body)
+			if !p.Dup {
+				t.Errorf("%s: message %s routed again without DUP", name, p.Payload)
+			}
+			if p.QoS > 0 {
+				cl.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+			}
+			got[string(p.Payload)] = true
+		}
+		return len(got) == want
+	})
 }

@@ -495,10 +495,7 @@ func (srv *Server) restoreOutbox(rec *SessionRecord, msgs []*MessageRecord) {
 	o.mu.Lock()
 	o.stored = true
 	for _, mr := range msgs {
-		if mr.MessageID != 0 {
-			srv.msgIDs.Store(max(srv.msgIDs.Load(), mr.MessageID))
-			mr.Message.id.Store(mr.MessageID)
-		}
+		srv.restoreMessageID(mr)
 		e := &outboxEntry{seq: mr.Seq, msg: mr.Message, client: mr.GroupName, size: int64(len(mr.Message.Topic) + len(mr.Message.Payload)),
 			at: now, sent: true, stored: true}
 		o.entries = append(o.entries, e)

@@ -204,10 +204,7 @@ func (srv *Server) restore(ctx context.Context) error {
 			d := srv.deliveryOf(mr)
 			d.stored = true
 			s.seq = max(s.seq, mr.Seq)
-			srv.msgIDs.Store(max(srv.msgIDs.Load(), mr.MessageID))
-			if mr.MessageID != 0 {
-				mr.Message.id.Store(mr.MessageID) // shared by every record of this id
-			}
+			srv.restoreMessageID(mr)
 			if mr.PacketID != 0 {
 				s.inflight[mr.PacketID] = d
 			} else {
@@ -326,4 +323,14 @@ func (srv *Server) restoreSubscription(s *session, sr SubscriptionRecord) {
 	if cl := srv.opts.Cluster; cl != nil {
 		cl.Subscribed(s.id, sr.Filter, sr.QoS)
 	}
+}
+
+// restoreMessageID gives a restored record's message its Store id (shared
+// by every record of that id) and keeps the next id past it.
+func (srv *Server) restoreMessageID(mr *MessageRecord) {
+	if mr.MessageID == 0 {
+		return
+	}
+	srv.msgIDs.Store(max(srv.msgIDs.Load(), mr.MessageID))
+	mr.Message.id.Store(mr.MessageID)
 }

@@ -184,10 +184,7 @@ func (srv *Server) restoreUnrouted(msgs []*MessageRecord) {
 	u.mu.Lock()
 	u.stored = true
 	for _, mr := range msgs {
-		if mr.MessageID != 0 {
-			srv.msgIDs.Store(max(srv.msgIDs.Load(), mr.MessageID))
-			mr.Message.id.Store(mr.MessageID)
-		}
+		srv.restoreMessageID(mr)
 		c := mr.Message
 		c.redelivery, c.fromPeer, c.owed = true, true, true
 		u.msgs = append(u.msgs, &unroutedMsg{msg: c, seq: mr.Seq, since: now, stored: true})
