@@ -670,3 +670,45 @@ func collectDup(t *testing.T, cl *brokertest.Client, name string, want int) {
 		return len(got) == want
 	})
 }
+
+// TestForwardRefusedGoesAgainByName: node 2 has two subscribers of the
+// topic, one away with a full queue. The refusal names it, so node 1
+// sends each refused message again to it alone: the other subscriber gets
+// every message once, no second copies, and the refused one gets all of
+// them once it is back. Sent again for node 2's ordinary subscribers, the
+// other took them a second time, and once the refusing session had moved
+// on, took them in its stead (fault suite: 1,949 lost).
+func TestForwardRefusedGoesAgainByName(t *testing.T) {
+	_, s := startClusterOpts(t, 2, broker.Options{MaxQueuedMessages: 5})
+	h := windowSub(t, s[1].Addr, "historian", "plain/#", 100, 3600)
+	h.Conn.Close() // away; its session (and its queue of 5) stays
+	brokertest.Eventually(t, 5*time.Second, "historian offline", func() bool { return s[1].Stats().ClientsConnected == 0 })
+	other := windowSub(t, s[1].Addr, "other", "plain/#", 100, 3600)
+	s[0].SetRemoteRoute("n2", "plain/#", true)
+	publishPlain(t, s[0].Addr, 12)
+	brokertest.Eventually(t, 5*time.Second, "node 1 to name the refused ones", func() bool {
+		for _, q := range s[0].ForwardQueues() {
+			if q.Node == "n2" && q.Queued == 7 {
+				return true
+			}
+		}
+		return false
+	})
+	back, _ := brokertest.Connect(t, s[1].Addr, withExpiry(rawV5("historian", false), 3600))
+	got := map[string]bool{}
+	brokertest.Eventually(t, 10*time.Second, "the historian has all 12", func() bool {
+		for _, p := range drainPayloads(back) {
+			got[p] = true
+		}
+		return len(got) == 12
+	})
+	seen := map[string]int{}
+	for _, p := range drainPayloads(other) {
+		seen[p]++
+	}
+	for i := range 12 {
+		if n := seen[fmt.Sprint(i)]; n != 1 {
+			t.Errorf("the other subscriber got message %d %d times, want once", i, n)
+		}
+	}
+}

@@ -243,6 +243,24 @@ func (o *outbox) boundLocked(now time.Time) []*remoteWait {
 	return waits
 }
 
+// nameLocked makes e, kept for the node's ordinary subscribers, an entry
+// for clients[0] alone, and adds one for each other client at the end;
+// their records are written again with the name.
+func (o *outbox) nameLocked(e *outboxEntry, clients []string) {
+	e.client = clients[0]
+	if e.stored {
+		e.stored = false
+		o.storeLocked(e)
+	}
+	for _, c := range clients[1:] {
+		o.seq++
+		n := &outboxEntry{seq: o.seq, msg: e.msg, client: c, size: e.size, at: e.at}
+		o.storeLocked(n)
+		o.entries = append(o.entries, n)
+		o.bytes += n.size
+	}
+}
+
 // trimLocked removes the first n entries.
 func (o *outbox) trimLocked(n int) {
 	clear(o.entries[:n])
@@ -358,6 +376,13 @@ func (o *outbox) answer(e *outboxEntry, gen uint64, err error) {
 	o.mu.Lock()
 	if gen == o.gen {
 		o.inflight--
+	}
+	if err != nil && e.client == "" && !e.acked {
+		// Refused by these clients' full queues: the node's other
+		// subscribers have it; it goes again to these alone, by name.
+		if cs := refusedClients(err); len(cs) > 0 {
+			o.nameLocked(e, cs)
+		}
 	}
 	var (
 		again   []*Message    // to route again, in the outbox's order

@@ -354,7 +354,7 @@ func (srv *Server) notHere(done func(accepted bool, err error)) {
 // (r.remote), what was written committed.
 func (srv *Server) answerRouted(r *router, done func(accepted bool, err error)) {
 	if r.refused {
-		done(false, errForwardRefused)
+		done(false, &refusedError{clients: r.refusedBy})
 		return
 	}
 	persisted := r.persisted

@@ -7,6 +7,7 @@ type router struct {
 	persisted bool        // a delivery wrote to the Store since the last reset
 	matched   bool        // the last message matched a subscription or a group
 	refused   bool        // a session or group refused a message (queue full) since the last reset
+	refusedBy []string    // forwards only: the clients whose full queues refused it
 	remote    *remoteWait // directed deliveries to other nodes of the last message, or nil
 	nodes     []string    // scratch: the nodes a message was forwarded to
 	congested *session    // a member past its high-water mark since the last reset
@@ -93,7 +94,12 @@ func (r *router) route(srv *Server, m *Message, from *conn) int {
 		if res.ok {
 			n++
 		}
-		r.refused = r.refused || res.refused
+		if res.refused {
+			r.refused = true
+			if m.fromPeer {
+				r.refusedBy = append(r.refusedBy, t.sess.id)
+			}
+		}
 		r.persisted = r.persisted || res.persisted
 		r.touch(res.conn)
 	}
