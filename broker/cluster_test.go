@@ -712,3 +712,17 @@ func TestForwardRefusedGoesAgainByName(t *testing.T) {
 		}
 	}
 }
+
+// TestBacklogGoesWithDUP: what node 1 kept for node 2 while node 2 was
+// away reaches node 2's subscriber with DUP: it can arrive after messages
+// published later that took a direct way (their publisher moved to node 2
+// meanwhile), and DUP says so.
+func TestBacklogGoesWithDUP(t *testing.T) {
+	net, s := startCluster(t, 2)
+	h := windowSub(t, s[1].Addr, "historian", "plain/#", 100, 3600)
+	s[0].SetRemoteRoute("n2", "plain/#", true)
+	net.down["n2"].Store(true)
+	publishPlain(t, s[0].Addr, 3)
+	net.down["n2"].Store(false)
+	collectDup(t, h, "the historian", 3)
+}

@@ -21,8 +21,9 @@ import (
 // acknowledged, would send it again). A message for a node that is away
 // (frozen, restarting, cut off), or whose answer does not come, is written
 // to the Store, and the acknowledgement waits for that commit instead. A
-// node that is back gets what it missed in order; one that answered
-// nothing in time gets it again with DUP, as a QoS 1 resend does. The
+// node that is back gets what it missed in order, with DUP (it may come
+// after messages published later that took another way); one that
+// answered nothing in time gets it again with DUP, as a QoS 1 resend does. The
 // outbox is bounded in bytes and in age (ForwardOptions); what a bound
 // drops is counted.
 //
@@ -118,6 +119,7 @@ type outboxEntry struct {
 	acked   bool
 	notHere bool // answered: no subscription matches there (answer)
 	stored  bool
+	held    bool // kept back (to be written to the Store) before it was sent: it goes with DUP
 	// wait is the publisher's acknowledgement waiting for the node's
 	// answer, or for the record's commit if the answer does not come.
 	wait *remoteWait
@@ -189,8 +191,9 @@ func (srv *Server) forwardDurable(node, client string, m *Message, r *router) bo
 }
 
 // storeLocked writes e's record, if there is a Store, and reports whether
-// it did.
+// it did. Either way e is held back from now on: it goes with DUP.
 func (o *outbox) storeLocked(e *outboxEntry) bool {
+	e.held = true
 	store := o.srv.opts.Store
 	if store == nil || e.stored {
 		return false
@@ -347,16 +350,23 @@ func (o *outbox) run() {
 	}
 }
 
-// send hands e to the node. A message sent before goes as a redelivery.
+// send hands e to the node. A message sent before goes as a redelivery,
+// and so does one that was kept on disk before its first send (the node
+// was away, or a backlog was ahead of it): it can reach a subscriber
+// after messages published later that took a direct way, through
+// another gateway when their publisher moved, and DUP tells the
+// subscriber what it is, as for a redirected copy (fault suite: 78 such
+// messages without DUP after a newer one, once the publisher's gateway
+// came back).
 func (o *outbox) send(cl Cluster, e *outboxEntry) {
 	o.mu.Lock()
 	m := e.msg
 	if e.sent {
 		o.resent++
-		if !m.redelivery {
-			m = m.dupCopy()
-			e.msg = m
-		}
+	}
+	if (e.sent || e.held) && !m.redelivery {
+		m = m.dupCopy()
+		e.msg = m
 	}
 	e.sent = true
 	o.sent++
