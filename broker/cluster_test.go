@@ -503,10 +503,7 @@ func outboxReroutes(t *testing.T, to int) {
 // acknowledged message arrives (fault-suite seed 5 lost 469 when a
 // restarted gateway's queues filled with what the others had kept for it).
 func TestForwardRefusedByAFullQueueIsSentAgain(t *testing.T) {
-	_, s := startClusterOpts(t, 2, broker.Options{MaxQueuedMessages: 5})
-	h := windowSub(t, s[1].Addr, "historian", "plain/#", 100, 3600)
-	h.Conn.Close() // away; its session (and its queue of 5) stays
-	brokertest.Eventually(t, 5*time.Second, "historian offline", func() bool { return s[1].Stats().ClientsConnected == 0 })
+	s := awayHistorian(t)
 	s[0].SetRemoteRoute("n2", "plain/#", true)
 	pub, _ := brokertest.Connect(t, s[0].Addr, rawV5("pub", true))
 	for i := range 12 {
@@ -679,10 +676,7 @@ func collectDup(t *testing.T, cl *brokertest.Client, name string, want int) {
 // other took them a second time, and once the refusing session had moved
 // on, took them in its stead (fault suite: 1,949 lost).
 func TestForwardRefusedGoesAgainByName(t *testing.T) {
-	_, s := startClusterOpts(t, 2, broker.Options{MaxQueuedMessages: 5})
-	h := windowSub(t, s[1].Addr, "historian", "plain/#", 100, 3600)
-	h.Conn.Close() // away; its session (and its queue of 5) stays
-	brokertest.Eventually(t, 5*time.Second, "historian offline", func() bool { return s[1].Stats().ClientsConnected == 0 })
+	s := awayHistorian(t)
 	other := windowSub(t, s[1].Addr, "other", "plain/#", 100, 3600)
 	s[0].SetRemoteRoute("n2", "plain/#", true)
 	publishPlain(t, s[0].Addr, 12)
@@ -725,4 +719,16 @@ func TestBacklogGoesWithDUP(t *testing.T) {
 	publishPlain(t, s[0].Addr, 3)
 	net.down["n2"].Store(false)
 	collectDup(t, h, "the historian", 3)
+}
+
+// awayHistorian starts two nodes whose queues hold 5 messages, with a
+// persistent subscriber of plain/# on node 2 whose client has gone away
+// (its session, and its queue, stay).
+func awayHistorian(t *testing.T) []*brokertest.Server {
+	t.Helper()
+	_, s := startClusterOpts(t, 2, broker.Options{MaxQueuedMessages: 5})
+	h := windowSub(t, s[1].Addr, "historian", "plain/#", 100, 3600)
+	h.Conn.Close()
+	brokertest.Eventually(t, 5*time.Second, "historian offline", func() bool { return s[1].Stats().ClientsConnected == 0 })
+	return s
 }
