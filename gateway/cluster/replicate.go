@@ -23,7 +23,10 @@ import (
 // answers once it is durable. Sync, which the broker calls before it
 // acknowledges a message a persistent session needs, waits for the local
 // commit and for each replica's answer to everything queued before it:
-// "acknowledged" means on this node's disk and on the replicas'.
+// "acknowledged" means on this node's disk and on the replicas', or
+// delivered and acknowledged by its client before its save left the
+// queue (absorbLocked: such a message never travels, as it is never
+// written by the owner's store when acknowledged within its batch).
 //
 // A replica that cannot be reached (its node down, cut off, or not
 // answering within replicaCallTimeout) is not waited for: Sync answers on
@@ -35,8 +38,8 @@ import (
 // forgets the sessions of this node that the resync did not mention.
 
 // ReplicaStore is a store of the sessions a node keeps for another node.
-// One that is also a broker.Committer commits a small batch at once (see
-// commitNowOps): a replica batch comes coalesced already, and the owner's
+// One that is also a broker.Committer commits each batch at once (see
+// held.apply): a replica batch comes coalesced already, and the owner's
 // publishers wait for its commit.
 type ReplicaStore interface {
 	broker.Store
@@ -78,6 +81,7 @@ type ReplicaStats struct {
 	Ops          uint64 `json:"ops"`           // Store writes in them
 	Resyncs      uint64 `json:"resyncs"`       // whole resyncs sent
 	Unreplicated uint64 `json:"unreplicated"`  // writes given up on: their replica could not be reached
+	Absorbed     uint64 `json:"absorbed"`      // writes that never had to travel: a message saved and deleted before its batch went
 	Adopted      uint64 `json:"adopted"`       // sessions of dead nodes adopted here from replicas
 	HeldOrigins  int    `json:"held_origins"`  // nodes whose sessions this node keeps replicas of
 	HeldSessions int    `json:"held_sessions"` // sessions kept here for other nodes
@@ -104,7 +108,7 @@ type replicator struct {
 	sessMu   sync.Mutex
 	sessions map[string]struct{} // persistent sessions stored here
 
-	batches, bytes, ops, resyncs, unreplicated atomic.Uint64
+	batches, bytes, ops, resyncs, unreplicated, absorbed atomic.Uint64
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -132,8 +136,20 @@ type replicaLink struct {
 	again   bool              // the last resync kept sessions in transition: another is due at the next poll
 	batch   uint64            // batches sent in this run
 	seqs    map[string]uint64 // per client, the last message seq the replica has durably
-	gone    bool
-	wake    chan struct{}
+	// fresh and top let a message delivered and acknowledged while its
+	// save still waits here never travel (absorbLocked): fresh holds the
+	// messages none of whose saves has left the queue, each with the
+	// number of its latest save (ops[n-(enq-len(ops))]); top is each
+	// client's highest message seq queued, above which a save is a first.
+	fresh map[msgKey]uint64
+	top   map[string]uint64
+	// absorbFrom is when the first save of a message sent to its client
+	// was queued (zero if none is): the batch holding it leaves no sooner
+	// than absorbWait after, for the client's acknowledgement may absorb
+	// it.
+	absorbFrom time.Time
+	gone       bool
+	wake       chan struct{}
 	// pauseUntil holds the link back after a batch the replica refused
 	// or did not take: until then what is queued is given up on, and the
 	// resync waits. Without it a replica that kept refusing (a node still
@@ -206,6 +222,14 @@ func (r *replicator) record(op replicaOp) {
 
 func (l *replicaLink) queue(op replicaOp) {
 	l.mu.Lock()
+	if l.absorbLocked(&op) {
+		l.mu.Unlock()
+		l.r.absorbed.Add(2) // the delete, and the save it took back
+		return
+	}
+	if op.kind == opSaveMsg && op.msg.Sent && l.absorbFrom.IsZero() {
+		l.absorbFrom = time.Now()
+	}
 	l.ops = append(l.ops, op)
 	l.enq++
 	l.mu.Unlock()
@@ -213,6 +237,95 @@ func (l *replicaLink) queue(op replicaOp) {
 	case l.wake <- struct{}{}:
 	default:
 	}
+}
+
+// msgKey names one stored message of a session.
+type msgKey struct {
+	client string
+	seq    uint64
+}
+
+// absorbLocked keeps the queue from carrying what the replica would undo
+// within the same wait: a message saved and then deleted (delivered and
+// acknowledged) before any save of it left the queue is taken out, its
+// saves blanked in place and the delete never queued, which it reports.
+// A blank keeps its place, so that a Sync waits for the batch it is in as
+// before; only a message the replica cannot have is absorbed, which the
+// seqs tell: a session's seqs only grow, and a DeleteSession (queued
+// before any later save) clears the client on the replica.
+//
+// Under a steady load most deliveries are acknowledged within the time a
+// batch is on its way, so most messages cost the replica nothing, as
+// they cost the owner's store nothing when acknowledged within its own
+// batch (docs/benchmarks.md, replicas).
+func (l *replicaLink) absorbLocked(op *replicaOp) bool {
+	switch op.kind {
+	case opSaveMsg:
+		k := msgKey{op.client, op.msg.Seq}
+		if at, ok := l.fresh[k]; ok {
+			l.ops[at-(l.enq-uint64(len(l.ops)))] = replicaOp{} // superseded
+			l.fresh[k] = l.enq
+		} else if op.msg.Seq > l.top[op.client] {
+			l.fresh[k] = l.enq
+		}
+		l.top[op.client] = max(l.top[op.client], op.msg.Seq)
+	case opDeleteMsg:
+		k := msgKey{op.client, op.seq}
+		if at, ok := l.fresh[k]; ok {
+			delete(l.fresh, k)
+			taken := l.enq - uint64(len(l.ops))
+			l.ops[at-taken] = replicaOp{}
+			if l.acked == taken {
+				// Nothing on its way: a Sync waiting for blanks alone
+				// may go (wait).
+				l.ackLocked(0)
+			}
+			return true
+		}
+	case opDeleteSession:
+		delete(l.top, op.client)
+	}
+	return false
+}
+
+// takeLocked removes the first n ops from the queue and returns them; a
+// message whose save leaves is no longer fresh.
+func (l *replicaLink) takeLocked(n int) []replicaOp {
+	first := l.enq - uint64(len(l.ops))
+	ops := slices.Clone(l.ops[:n])
+	for i := range ops {
+		if ops[i].kind != opSaveMsg {
+			continue
+		}
+		k := msgKey{ops[i].client, ops[i].msg.Seq}
+		if at, ok := l.fresh[k]; ok && at == first+uint64(i) {
+			delete(l.fresh, k)
+		}
+	}
+	l.ops = slices.Delete(l.ops, 0, n)
+	l.absorbFrom = time.Time{}
+	return ops
+}
+
+// countBlank counts the ops absorbLocked blanked.
+func countBlank(ops []replicaOp) int {
+	n := 0
+	for i := range ops {
+		if ops[i].kind == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// dropQueuedLocked empties the queue (given up on or closed) and reports
+// how many ops were in it.
+func (l *replicaLink) dropQueuedLocked() int {
+	n := len(l.ops)
+	l.ops = l.ops[:0]
+	l.absorbFrom = time.Time{}
+	clear(l.fresh)
+	return n
 }
 
 // The broker.Store methods: the local write, then the replicas'.
@@ -323,7 +436,7 @@ var _ broker.Committer = (*replicator)(nil)
 func (l *replicaLink) wait(ctx context.Context, at uint64) error {
 	for {
 		l.mu.Lock()
-		if l.acked >= at {
+		if l.acked >= at || l.blankBeforeLocked(at) {
 			l.mu.Unlock()
 			return nil
 		}
@@ -335,6 +448,18 @@ func (l *replicaLink) wait(ctx context.Context, at uint64) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// blankBeforeLocked reports whether the ops before at that the replica
+// does not have yet are all blanks (absorbed): none on its way, and none
+// queued but blanks. A Sync then has nothing to wait for: a message its
+// subscriber acknowledged before its batch left needs no copy.
+func (l *replicaLink) blankBeforeLocked(at uint64) bool {
+	taken := l.enq - uint64(len(l.ops))
+	if l.acked < taken {
+		return false
+	}
+	return countBlank(l.ops[:at-taken]) == int(at-taken)
 }
 
 // setPeers is told the other registered nodes: links are made for new
@@ -359,7 +484,7 @@ func (r *replicator) setPeers(peers []string) {
 		l := r.links[p]
 		if l == nil {
 			l = &replicaLink{r: r, node: p, changed: make(chan struct{}), wake: make(chan struct{}, 1),
-				seqs: map[string]uint64{}}
+				seqs: map[string]uint64{}, fresh: map[msgKey]uint64{}, top: map[string]uint64{}}
 			r.links[p] = l
 			r.wg.Go(l.send)
 		}
@@ -383,7 +508,7 @@ func (l *replicaLink) close() {
 	l.mu.Lock()
 	l.gone = true
 	l.acked = l.enq
-	l.ops = nil
+	l.dropQueuedLocked()
 	close(l.changed)
 	l.changed = make(chan struct{})
 	l.mu.Unlock()
@@ -415,6 +540,12 @@ func (l *replicaLink) send() {
 	}
 }
 
+// absorbWait is how long a batch holding the save of a message just sent
+// to its client waits, so that the client's acknowledgement can absorb
+// the message (absorbLocked) before it travels. A message queued for an
+// offline session is not waited for: nothing will absorb it soon.
+const absorbWait = 2 * time.Millisecond
+
 // resyncPoll is how often a link whose node was unreachable looks again.
 const resyncPoll = 250 * time.Millisecond
 
@@ -432,8 +563,7 @@ func (l *replicaLink) drain(enc *batchEncoder) bool {
 			// Nobody waits for a replica that cannot answer: what is
 			// queued is given up on, and sent whole later (resync), at
 			// the next poll.
-			if n := len(l.ops); n > 0 {
-				l.ops = l.ops[:0]
+			if n := l.dropQueuedLocked(); n > 0 {
 				l.giveUpLocked(n)
 			}
 			l.mu.Unlock()
@@ -446,22 +576,34 @@ func (l *replicaLink) drain(enc *batchEncoder) bool {
 		case len(l.ops) == 0:
 			l.mu.Unlock()
 			return true
+		case !l.absorbFrom.IsZero() && time.Since(l.absorbFrom) < absorbWait:
+			d := absorbWait - time.Since(l.absorbFrom)
+			l.mu.Unlock()
+			time.Sleep(d)
+			continue
 		}
 		n, size := 0, 0
 		for n < len(l.ops) && size < maxBatchBytes {
 			size += opSize(&l.ops[n])
 			n++
 		}
-		ops := slices.Clone(l.ops[:n])
-		l.ops = slices.Delete(l.ops, 0, n)
-		l.batch++
+		ops := l.takeLocked(n)
+		live := n - countBlank(ops)
+		if live > 0 {
+			l.batch++
+		}
 		l.mu.Unlock()
 
-		enc.reset(r.run, l.batch)
-		for i := range ops {
-			enc.add(&ops[i])
+		ok := true
+		if live > 0 {
+			enc.reset(r.run, l.batch)
+			for i := range ops {
+				if ops[i].kind != 0 {
+					enc.add(&ops[i])
+				}
+			}
+			ok = l.deliver(enc.buf)
 		}
-		ok := l.deliver(enc.buf)
 		l.mu.Lock()
 		if !ok {
 			l.giveUpLocked(n)
@@ -479,9 +621,11 @@ func (l *replicaLink) drain(enc *batchEncoder) bool {
 		}
 		l.ackLocked(uint64(n))
 		l.mu.Unlock()
-		r.batches.Add(1)
-		r.bytes.Add(uint64(len(enc.buf)))
-		r.ops.Add(uint64(n))
+		if live > 0 {
+			r.batches.Add(1)
+			r.bytes.Add(uint64(len(enc.buf)))
+			r.ops.Add(uint64(live))
+		}
 	}
 }
 
@@ -662,7 +806,7 @@ func (r *replicator) stats(st *ReplicaStats) {
 	st.Count = r.count
 	st.Sessions = len(all)
 	st.Batches, st.Bytes, st.Ops = r.batches.Load(), r.bytes.Load(), r.ops.Load()
-	st.Resyncs, st.Unreplicated = r.resyncs.Load(), r.unreplicated.Load()
+	st.Resyncs, st.Unreplicated, st.Absorbed = r.resyncs.Load(), r.unreplicated.Load(), r.absorbed.Load()
 	want := min(r.count, len(r.peers))
 	var buf [4]string
 	for _, id := range all {

@@ -124,6 +124,7 @@ func newClusterCollector(s *Server) *clusterCollector {
 	rp("changes_total", "Session changes in those batches.", counter, func(r *cluster.ReplicaStats) float64 { return float64(r.Ops) })
 	rp("resyncs_total", "Times a replica was sent every session meant for it whole.", counter, func(r *cluster.ReplicaStats) float64 { return float64(r.Resyncs) })
 	rp("unreplicated_total", "Session changes acknowledged without their replica, which could not be reached (sent whole once it can).", counter, func(r *cluster.ReplicaStats) float64 { return float64(r.Unreplicated) })
+	rp("absorbed_total", "Session changes that never had to travel to a replica: a message saved and then acknowledged by its client before its batch left.", counter, func(r *cluster.ReplicaStats) float64 { return float64(r.Absorbed) })
 	rp("adopted_total", "Sessions of gateways that died adopted here from their replicas.", counter, func(r *cluster.ReplicaStats) float64 { return float64(r.Adopted) })
 	rp("held_sessions", "Sessions of other gateways kept here as their replica.", gauge, func(r *cluster.ReplicaStats) float64 { return float64(r.HeldSessions) })
 	rp("failing_over", "Gone gateways whose sessions this one is adopting from their replicas (fail-overs under way).", gauge, func(r *cluster.ReplicaStats) float64 { return float64(r.FailingOver) })
