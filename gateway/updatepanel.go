@@ -218,11 +218,14 @@ func (u *updater) awaitLine(version string) {
 	case err == nil:
 		close(u.restart)
 	case errors.Is(err, cluster.ErrUpdateHalted):
-		u.log.Warn("update: giving up the installed version: its update failed elsewhere on the line", "version", version, "reason", err)
-		if err := u.opts.Slots.Abandon(err.Error()); err != nil {
-			u.log.Error("update: giving up the installed version", "err", err)
+		// Logged once done, so that what the log says the panel shows
+		// (a test that read the panel on this line found the trial still
+		// there).
+		if aerr := u.opts.Slots.Abandon(err.Error()); aerr != nil {
+			u.log.Error("update: giving up the installed version", "version", version, "err", aerr)
 		}
 		u.installed.Store(false)
+		u.log.Warn("update: giving up the installed version: its update failed elsewhere on the line", "version", version, "reason", err)
 	}
 }
 

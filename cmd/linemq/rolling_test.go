@@ -524,9 +524,9 @@ func TestRollingUpgradeHalted(t *testing.T) {
 		}
 		if st.Trial != "" || st.Last == nil || st.Last.Version != "v-bad" {
 			t.Errorf("n%d: %+v", i+1, st)
-		} else {
-			t.Logf("n%d: last rollback of v-bad: %s", i+1, st.Last.Reason)
+			continue
 		}
+		t.Logf("n%d: last rollback of v-bad: %s", i+1, st.Last.Reason)
 		if i != first && !strings.Contains(st.Last.Reason, "halted on n"+strconv.Itoa(first+1)) {
 			t.Errorf("n%d gave v-bad up for another reason: %q", i+1, st.Last.Reason)
 		}
