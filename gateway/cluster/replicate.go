@@ -249,10 +249,11 @@ type msgKey struct {
 // within the same wait: a message saved and then deleted (delivered and
 // acknowledged) before any save of it left the queue is taken out, its
 // saves blanked in place and the delete never queued, which it reports.
-// A blank keeps its place, so that a Sync waits for the batch it is in as
-// before; only a message the replica cannot have is absorbed, which the
-// seqs tell: a session's seqs only grow, and a DeleteSession (queued
-// before any later save) clears the client on the replica.
+// A blank keeps its place, so that the numbering a Sync waits by stays
+// true (a Sync with only blanks left to wait for goes at once:
+// blankBeforeLocked). Only a message the replica cannot have is absorbed,
+// which the seqs tell: a session's seqs only grow, and a DeleteSession
+// (queued before any later save) clears the client on the replica.
 //
 // Under a steady load most deliveries are acknowledged within the time a
 // batch is on its way, so most messages cost the replica nothing, as
