@@ -57,7 +57,9 @@ it is sent its share of the line's session replicas as it registers.
 		return 2
 	}
 	node := fs.Arg(0)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// Long enough for etcd to accept a membership change after a member's
+	// restart (it refuses one until every member has been up 5 s).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if verb == "replace" {
 		ic, err := cluster.ReplaceMember(ctx, strings.Split(*endpoints, ","), node, *peerURL)

@@ -351,3 +351,37 @@ func TestClusterOwnerAndReplicaLost(t *testing.T) {
 	}
 	t.Logf("all %d acknowledged messages arrived from the replica's card", n)
 }
+
+// TestClusterReplaceRightAfterARestart: a gateway's card is lost and its
+// replacement is made with `linemq cluster replace` the moment another
+// gateway of the line has restarted. etcd refuses membership changes
+// ("unhealthy cluster") until every member has been up for 5 s; the
+// command waits that out rather than fail (fault suite, seed 40: it
+// failed).
+func TestClusterReplaceRightAfterARestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes and an etcd quorum")
+	}
+	c := startCluster3(t)
+	const victim, other = 2, 0
+	c.ds[victim].cmd.Process.Kill()
+	<-c.ds[victim].exited
+	if err := os.RemoveAll(filepath.Join(c.dir, "n"+strconv.Itoa(victim+1))); err != nil {
+		t.Fatal(err)
+	}
+	c.ds[other].cmd.Process.Kill()
+	c.restart(other)
+
+	var out, errOut strings.Builder
+	began := time.Now()
+	if rc := run([]string{"cluster", "replace", "-etcd-endpoints", c.clients[1], "-peer-url", c.peers[victim], "n3"}, &out, &errOut); rc != 0 {
+		t.Fatalf("linemq cluster replace right after n1's restart: exit %d: %s", rc, errOut.String())
+	}
+	t.Logf("replaced %v after n1's restart", time.Since(began).Round(10*time.Millisecond))
+	m := regexp.MustCompile(`-etcd-initial-cluster (\S+) -etcd-initial-cluster-state existing`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("linemq cluster replace printed no initial cluster: %q", out.String())
+	}
+	c.ds[victim] = start(t, append(c.args(victim), "-etcd-initial-cluster", m[1], "-etcd-initial-cluster-state", "existing")...)
+	c.ready(victim)
+}

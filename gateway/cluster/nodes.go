@@ -2,12 +2,14 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -203,12 +205,13 @@ func ReplaceMember(ctx context.Context, endpoints []string, name, peerURL string
 	}
 	for _, m := range list.Members {
 		if m.Name == name || slices.Contains(m.PeerURLs, peerURL) {
-			if _, err := cli.MemberRemove(ctx, m.ID); err != nil {
+			if err := whileUnhealthy(ctx, func() error { _, err := cli.MemberRemove(ctx, m.ID); return err }); err != nil {
 				return "", fmt.Errorf("removing the member %q: %w", m.Name, err)
 			}
 		}
 	}
-	added, err := cli.MemberAdd(ctx, []string{peerURL})
+	var added *clientv3.MemberAddResponse
+	err = whileUnhealthy(ctx, func() (err error) { added, err = cli.MemberAdd(ctx, []string{peerURL}); return err })
 	if err != nil {
 		return "", fmt.Errorf("adding a member at %s: %w", peerURL, err)
 	}
@@ -224,4 +227,23 @@ func ReplaceMember(ctx context.Context, endpoints []string, name, peerURL string
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, ","), nil
+}
+
+// whileUnhealthy calls f again while etcd refuses a membership change as
+// "unhealthy cluster", until ctx ends. etcd refuses one for a few seconds
+// after any member (re)started, until every member has been connected for
+// 5 s; a replacement made right after another gateway's restart met that
+// (fault suite, seed 40) and failed, though waiting is all it needed.
+func whileUnhealthy(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		if !errors.Is(err, rpctypes.ErrUnhealthy) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (etcd refuses membership changes until every member has been up 5 s)", err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
