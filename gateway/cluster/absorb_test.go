@@ -13,9 +13,7 @@ import (
 // testLink is a replica link with no sender: the test takes its batches
 // itself (takeLocked) and answers for the replica (ackLocked).
 func testLink() *replicaLink {
-	r := newReplicator(nil, 1, "a", slog.New(slog.DiscardHandler))
-	return &replicaLink{r: r, node: "b", changed: make(chan struct{}), wake: make(chan struct{}, 1),
-		seqs: map[string]uint64{}, fresh: map[msgKey]uint64{}, top: map[string]uint64{}}
+	return newReplicaLink(newReplicator(nil, 1, "a", slog.New(slog.DiscardHandler)), "b")
 }
 
 func saveOp(client string, seq uint64, sent bool) replicaOp {
@@ -33,7 +31,8 @@ func sendBatch(l *replicaLink) []replicaOp {
 	defer l.mu.Unlock()
 	n := len(l.ops)
 	var live []replicaOp
-	for _, op := range l.takeLocked(n) {
+	ops, _ := l.takeLocked(n)
+	for _, op := range ops {
 		if op.kind != 0 {
 			live = append(live, op)
 		}

@@ -264,7 +264,7 @@ func (l *replicaLink) absorbLocked(op *replicaOp) bool {
 	case opSaveMsg:
 		k := msgKey{op.client, op.msg.Seq}
 		if at, ok := l.fresh[k]; ok {
-			l.ops[at-(l.enq-uint64(len(l.ops)))] = replicaOp{} // superseded
+			l.ops[at-l.takenLocked()] = replicaOp{} // superseded
 			l.fresh[k] = l.enq
 		} else if op.msg.Seq > l.top[op.client] {
 			l.fresh[k] = l.enq
@@ -274,7 +274,7 @@ func (l *replicaLink) absorbLocked(op *replicaOp) bool {
 		k := msgKey{op.client, op.seq}
 		if at, ok := l.fresh[k]; ok {
 			delete(l.fresh, k)
-			taken := l.enq - uint64(len(l.ops))
+			taken := l.takenLocked()
 			l.ops[at-taken] = replicaOp{}
 			if l.acked == taken {
 				// Nothing on its way: a Sync waiting for blanks alone
@@ -289,23 +289,31 @@ func (l *replicaLink) absorbLocked(op *replicaOp) bool {
 	return false
 }
 
-// takeLocked removes the first n ops from the queue and returns them; a
-// message whose save leaves is no longer fresh.
-func (l *replicaLink) takeLocked(n int) []replicaOp {
-	first := l.enq - uint64(len(l.ops))
-	ops := slices.Clone(l.ops[:n])
+// takenLocked is the number of ops that have left the queue, ever: the
+// number of ops[0].
+func (l *replicaLink) takenLocked() uint64 { return l.enq - uint64(len(l.ops)) }
+
+// takeLocked removes the first n ops from the queue and returns them, with
+// how many of them are not blanks; a message whose save leaves is no
+// longer fresh.
+func (l *replicaLink) takeLocked(n int) (ops []replicaOp, live int) {
+	first := l.takenLocked()
+	ops = slices.Clone(l.ops[:n])
 	for i := range ops {
-		if ops[i].kind != opSaveMsg {
+		switch ops[i].kind {
+		case 0:
 			continue
+		case opSaveMsg:
+			k := msgKey{ops[i].client, ops[i].msg.Seq}
+			if at, ok := l.fresh[k]; ok && at == first+uint64(i) {
+				delete(l.fresh, k)
+			}
 		}
-		k := msgKey{ops[i].client, ops[i].msg.Seq}
-		if at, ok := l.fresh[k]; ok && at == first+uint64(i) {
-			delete(l.fresh, k)
-		}
+		live++
 	}
 	l.ops = slices.Delete(l.ops, 0, n)
 	l.absorbFrom = time.Time{}
-	return ops
+	return ops, live
 }
 
 // countBlank counts the ops absorbLocked blanked.
@@ -456,7 +464,7 @@ func (l *replicaLink) wait(ctx context.Context, at uint64) error {
 // queued but blanks. A Sync then has nothing to wait for: a message its
 // subscriber acknowledged before its batch left needs no copy.
 func (l *replicaLink) blankBeforeLocked(at uint64) bool {
-	taken := l.enq - uint64(len(l.ops))
+	taken := l.takenLocked()
 	if l.acked < taken {
 		return false
 	}
@@ -484,8 +492,7 @@ func (r *replicator) setPeers(peers []string) {
 	for _, p := range peers {
 		l := r.links[p]
 		if l == nil {
-			l = &replicaLink{r: r, node: p, changed: make(chan struct{}), wake: make(chan struct{}, 1),
-				seqs: map[string]uint64{}, fresh: map[msgKey]uint64{}, top: map[string]uint64{}}
+			l = newReplicaLink(r, p)
 			r.links[p] = l
 			r.wg.Go(l.send)
 		}
@@ -495,6 +502,12 @@ func (r *replicator) setPeers(peers []string) {
 		l.signal()
 	}
 	r.mu.Unlock()
+}
+
+// newReplicaLink makes the (not yet started) link to node.
+func newReplicaLink(r *replicator, node string) *replicaLink {
+	return &replicaLink{r: r, node: node, changed: make(chan struct{}), wake: make(chan struct{}, 1),
+		seqs: map[string]uint64{}, fresh: map[msgKey]uint64{}, top: map[string]uint64{}}
 }
 
 func (l *replicaLink) signal() {
@@ -588,8 +601,7 @@ func (l *replicaLink) drain(enc *batchEncoder) bool {
 			size += opSize(&l.ops[n])
 			n++
 		}
-		ops := l.takeLocked(n)
-		live := n - countBlank(ops)
+		ops, live := l.takeLocked(n)
 		if live > 0 {
 			l.batch++
 		}
