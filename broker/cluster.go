@@ -246,7 +246,9 @@ func (srv *Server) SetRemoteMember(rm RemoteMember, present bool) {
 			qos: min(rm.QoS, 2), groupName: rm.Group, remote: &rm}
 		if rc := srv.joinGroup(rm.Group, rm.Filter, sub); rc.IsError() {
 			srv.log.Warn("remote member refused by its group's contract", "client", rm.ClientID, "node", rm.Node, "group", rm.Group)
+			return
 		}
+		srv.redirectMemberSeen(rm) // a session that moved there from here
 		return
 	}
 	srv.groupsMu.Lock()
@@ -485,8 +487,23 @@ func (srv *Server) DeliverFrom(from string, to RemoteMember, m *Message, done fu
 		sess.mu.Unlock()
 	}
 	if sub == nil || sub.group == nil {
-		srv.stats.clusterNotHere.Add(1)
-		done(false, nil)
+		if rm, ok := srv.redirectedMember(to.ClientID, "$share/"+to.Group+"/"+to.Filter); ok && rm.Node != from {
+			// The member moved on from here, and the sender has not
+			// seen it yet: on to its new node, answered from there.
+			srv.stats.clusterRedirects.Add(1)
+			srv.opts.Cluster.Deliver(rm, m, func(err error) {
+				switch {
+				case err == nil:
+					done(true, nil)
+				case errors.Is(err, ErrNotHere):
+					srv.notHere(done)
+				default:
+					done(false, err)
+				}
+			})
+			return
+		}
+		srv.notHere(done)
 		return
 	}
 	var ids subIDs

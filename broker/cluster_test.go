@@ -21,12 +21,13 @@ import (
 // the message (as the wire would) and answer asynchronously. What the glue
 // learns from the registry, the test tells the brokers directly.
 type memCluster struct {
-	self  string
-	mu    *sync.Mutex // guards nodes, which grows while the first nodes already run
-	nodes map[string]*broker.Server
-	down  map[string]*atomic.Bool
-	views map[string]*atomic.Uint64 // each node's Cluster.View, set by the test
-	wg    *sync.WaitGroup
+	self   string
+	mu     *sync.Mutex // guards nodes, which grows while the first nodes already run, and unsubs
+	nodes  map[string]*broker.Server
+	unsubs map[string][]string // each node's Unsubscribed calls
+	down   map[string]*atomic.Bool
+	views  map[string]*atomic.Uint64 // each node's Cluster.View, set by the test
+	wg     *sync.WaitGroup
 }
 
 // node returns the broker named name.
@@ -37,15 +38,16 @@ func (c *memCluster) node(name string) *broker.Server {
 }
 
 type memNet struct {
-	mu    sync.Mutex
-	nodes map[string]*broker.Server
-	down  map[string]*atomic.Bool
-	views map[string]*atomic.Uint64
-	wg    sync.WaitGroup
+	mu     sync.Mutex
+	nodes  map[string]*broker.Server
+	unsubs map[string][]string
+	down   map[string]*atomic.Bool
+	views  map[string]*atomic.Uint64
+	wg     sync.WaitGroup
 }
 
 func (n *memNet) cluster(self string) *memCluster {
-	return &memCluster{self: self, mu: &n.mu, nodes: n.nodes, down: n.down, views: n.views, wg: &n.wg}
+	return &memCluster{self: self, mu: &n.mu, nodes: n.nodes, unsubs: n.unsubs, down: n.down, views: n.views, wg: &n.wg}
 }
 
 // wire is the copy of m another node receives: what the transport encodes.
@@ -117,7 +119,20 @@ func (c *memCluster) Retain(m *broker.Message, skip []string) {
 }
 
 func (c *memCluster) Subscribed(string, string, byte) broker.Registration { return nil }
-func (c *memCluster) Unsubscribed(string, string) broker.Registration     { return nil }
+
+func (c *memCluster) Unsubscribed(client, filter string) broker.Registration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unsubs[c.self] = append(c.unsubs[c.self], client+" "+filter)
+	return nil
+}
+
+// unsubscribed returns what node has unregistered so far, as "client filter".
+func (n *memNet) unsubscribed(node string) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.unsubs[node])
+}
 
 // startCluster starts brokers named n1..nN joined by one memNet.
 func startCluster(t *testing.T, n int) (*memNet, []*brokertest.Server) {
@@ -126,7 +141,7 @@ func startCluster(t *testing.T, n int) (*memNet, []*brokertest.Server) {
 
 // startClusterOpts is startCluster with options for every broker.
 func startClusterOpts(t *testing.T, n int, opts broker.Options) (*memNet, []*brokertest.Server) {
-	net := &memNet{nodes: map[string]*broker.Server{}, down: map[string]*atomic.Bool{}, views: map[string]*atomic.Uint64{}}
+	net := &memNet{nodes: map[string]*broker.Server{}, unsubs: map[string][]string{}, down: map[string]*atomic.Bool{}, views: map[string]*atomic.Uint64{}}
 	var servers []*brokertest.Server
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprint("n", i)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"errors"
+	"maps"
 	"slices"
 
 	"github.com/linemq/linemq/broker/packet"
@@ -324,7 +325,10 @@ func (srv *Server) Adopt(st *SessionState) error {
 	// Back here from the node it was handed to: what was redirected
 	// there ends, now that its subscriptions route here again (not
 	// before, so that its filters stay registered from here throughout).
-	srv.endRedirectOf(rec.ClientID)
+	s.mu.Lock()
+	back := maps.Clone(s.subs)
+	s.mu.Unlock()
+	srv.endRedirectOf(rec.ClientID, back)
 	s.mu.Lock()
 	for _, sub := range s.subs {
 		s.saveSubLocked(sub)
@@ -514,7 +518,7 @@ func (srv *Server) letGo(sess *session, to string) map[string]*subscription {
 // starting clean here just ends it. It runs before attach.
 func (srv *Server) takeBackHanded(clientID string, cleanStart bool) error {
 	// The client is served here again: nothing of it goes to another node.
-	defer srv.endRedirectOf(clientID)
+	defer srv.endRedirectOf(clientID, nil)
 	srv.mu.Lock()
 	st, ok := srv.handed[clientID]
 	srv.mu.Unlock()

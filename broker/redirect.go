@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/linemq/linemq/broker/share"
 	"github.com/linemq/linemq/broker/topic"
 )
 
@@ -31,6 +32,21 @@ import (
 // already through its own route. It also may arrive after messages
 // published later that took the direct way, so DUP tells the subscriber
 // what it is.
+//
+// A share-group membership of the session moves the same way. Its place
+// in the group is taken at once by a stand-in: a remote member naming the
+// new node, so that what the group picks for the client goes there as a
+// directed delivery (and is refused back, and picked again, when the new
+// node has no such session after all). Without it the group had a gap for
+// as long as the move took: a group whose members were all moving had no
+// member on this node, and a message published here was acknowledged for
+// the ordinary subscribers it matched and never reached the group
+// (fault-suite seed 46 lost 83 so, while the new node's hand-over call
+// had timed out and the client came back here). This node's registration
+// of the member stays until the new owner's claim and its own
+// registration of the member are both seen, for the same reason as a
+// route's: the other nodes never see the member missing; directed
+// deliveries they send here meanwhile go on to the new node.
 
 // redirectDrain is how long a redirected filter stays in the index after
 // its unregistration is written, for the forwards other nodes sent before
@@ -57,19 +73,29 @@ type redirects struct {
 	m  map[string]*redirect
 }
 
-// startRedirect keeps subs (ordinary, still in the index and registered)
-// redirected to node for client, and returns the ones it does not keep,
-// which the caller removes as usual.
+// startRedirect keeps subs (still in the index or their groups, and
+// registered) redirected to node for client, and returns the ones it does
+// not keep, which the caller removes as usual. A share-group member kept
+// is replaced in its group by a stand-in naming node (standIn).
 func (srv *Server) startRedirect(client, node string, subs map[string]*subscription) map[string]*subscription {
-	if node == "" || srv.opts.Cluster == nil || srv.opts.Forwards.BestEffort {
+	if node == "" || srv.opts.Cluster == nil {
 		return subs
 	}
 	rd := &redirect{client: client, node: node, subs: map[*subscription]bool{}}
 	rest := map[string]*subscription{}
 	for f, sub := range subs {
-		if sub.group == nil && sub.qos > 0 {
+		switch {
+		case sub.qos == 0:
+			rest[f] = sub
+		case sub.group != nil:
+			if in := srv.standIn(sub, node); in != nil {
+				rd.subs[in] = false
+			} else {
+				rest[f] = sub
+			}
+		case !srv.opts.Forwards.BestEffort:
 			rd.subs[sub] = false
-		} else {
+		default:
 			rest[f] = sub
 		}
 	}
@@ -81,7 +107,7 @@ func (srv *Server) startRedirect(client, node string, subs map[string]*subscript
 			return
 		}
 		srv.log.Warn("redirect of a moved session ended without its new node's routes", "client", client, "node", node)
-		srv.endRedirect(rd)
+		srv.endRedirect(rd, nil)
 	})
 	srv.redirects.mu.Lock()
 	old := srv.redirects.m[client]
@@ -91,9 +117,62 @@ func (srv *Server) startRedirect(client, node string, subs map[string]*subscript
 	srv.redirects.m[client] = rd
 	srv.redirects.mu.Unlock()
 	if old != nil {
-		srv.endRedirect(old)
+		// The new redirect holds the registrations of the filters it
+		// keeps: ending the old one must not remove them.
+		srv.endRedirect(old, func(filter string) bool { _, ok := subs[filter]; return ok })
 	}
 	return rest
+}
+
+// standIn replaces sub, a local member of its share group, with a remote
+// member of the same client on node, and returns that stand-in; nil when
+// sub is no longer the group's member for its client.
+func (srv *Server) standIn(sub *subscription, node string) *subscription {
+	rm := &RemoteMember{Node: node, Group: sub.groupName, Filter: sub.topicFilter, ClientID: sub.clientID(), QoS: sub.qos}
+	in := &subscription{filter: sub.filter, topicFilter: sub.topicFilter, qos: sub.qos, groupName: sub.groupName, remote: rm}
+	g := sub.group
+	srv.groupsMu.Lock()
+	defer srv.groupsMu.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m, ok := g.members.Get(rm.ClientID); g.ended || !ok || m.Value != sub {
+		return nil
+	}
+	in.group = g
+	g.members.Join(share.Member[*subscription]{ID: rm.ClientID, Value: in})
+	return in
+}
+
+// isStandIn reports whether sub is a stand-in (standIn) rather than an
+// ordinary subscription kept in the index.
+func (sub *subscription) isStandIn() bool { return sub.remote != nil }
+
+// memberSeen reports whether in's group lists in's client as a member on
+// node by the registry (a remote member other than the stand-in).
+func memberSeen(in *subscription, node string) bool {
+	g := in.group
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m, ok := g.members.Get(in.remote.ClientID)
+	return ok && m.Value != in && m.Value.remote != nil && m.Value.remote.Node == node
+}
+
+// redirectedMember returns the stand-in's member for client's share
+// subscription filter, if client's session moved from here and the
+// subscription is redirected.
+func (srv *Server) redirectedMember(client, filter string) (RemoteMember, bool) {
+	srv.redirects.mu.Lock()
+	defer srv.redirects.mu.Unlock()
+	rd := srv.redirects.m[client]
+	if rd == nil {
+		return RemoteMember{}, false
+	}
+	for sub := range rd.subs {
+		if sub.isStandIn() && sub.filter == filter {
+			return *sub.remote, true
+		}
+	}
+	return RemoteMember{}, false
 }
 
 // redirecting reports whether messages for client are redirected to node.
@@ -136,9 +215,29 @@ func (srv *Server) redirectTo(client string, m *Message, r *router) bool {
 // first handed to failed.
 func (srv *Server) retarget(client, to string) {
 	srv.redirects.mu.Lock()
-	defer srv.redirects.mu.Unlock()
-	if rd := srv.redirects.m[client]; rd != nil && rd.node != to {
-		rd.node, rd.claimed = to, false
+	rd := srv.redirects.m[client]
+	if rd == nil || rd.node == to {
+		srv.redirects.mu.Unlock()
+		return
+	}
+	rd.node, rd.claimed = to, false
+	var ins []*subscription
+	for sub, draining := range rd.subs {
+		if sub.isStandIn() && !draining {
+			ins = append(ins, sub)
+		}
+	}
+	srv.redirects.mu.Unlock()
+	// A stand-in names its node for good (its member is read without a
+	// lock): a new one takes its place.
+	for _, old := range ins {
+		in := srv.standIn(old, to)
+		srv.redirects.mu.Lock()
+		if _, ok := rd.subs[old]; ok && in != nil {
+			delete(rd.subs, old)
+			rd.subs[in] = false
+		}
+		srv.redirects.mu.Unlock()
 	}
 }
 
@@ -154,9 +253,33 @@ func (srv *Server) redirectClaimed(client string) {
 	rd.claimed = true
 	var seen []*subscription
 	for sub, draining := range rd.subs {
-		if !draining && srv.hasRoute(rd.node, sub.filter) {
+		if draining {
+			continue
+		}
+		if sub.isStandIn() && memberSeen(sub, rd.node) || !sub.isStandIn() && srv.hasRoute(rd.node, sub.filter) {
 			rd.subs[sub] = true
 			seen = append(seen, sub)
+		}
+	}
+	srv.redirects.mu.Unlock()
+	for _, sub := range seen {
+		srv.unregisterRedirected(rd, sub)
+	}
+}
+
+// redirectMemberSeen gives up the stand-in of rm's client in rm's group
+// once rm's node, which has claimed the client, registers the member.
+func (srv *Server) redirectMemberSeen(rm RemoteMember) {
+	filter := "$share/" + rm.Group + "/" + rm.Filter
+	var seen []*subscription
+	srv.redirects.mu.Lock()
+	rd := srv.redirects.m[rm.ClientID]
+	if rd != nil && rd.node == rm.Node && rd.claimed {
+		for sub, draining := range rd.subs {
+			if !draining && sub.isStandIn() && sub.filter == filter {
+				rd.subs[sub] = true
+				seen = append(seen, sub)
+			}
 		}
 	}
 	srv.redirects.mu.Unlock()
@@ -179,7 +302,7 @@ func (srv *Server) redirectRouteSeen(node, filter string) {
 			continue
 		}
 		for sub, draining := range rd.subs {
-			if !draining && sub.filter == filter {
+			if !draining && !sub.isStandIn() && sub.filter == filter {
 				rd.subs[sub] = true
 				seen = append(seen, pending{rd, sub})
 			}
@@ -241,15 +364,22 @@ func (srv *Server) dropRedirected(rd *redirect, sub *subscription) {
 	if !ok {
 		return
 	}
-	srv.subs.Remove(sub.topicFilter, sub)
+	if sub.isStandIn() {
+		srv.leaveGroup(sub) // unless the member's registration replaced it
+	} else {
+		srv.subs.Remove(sub.topicFilter, sub)
+	}
 	if last && rd.timer != nil {
 		rd.timer.Stop()
 	}
 }
 
 // endRedirect ends rd now: every filter it still has is unregistered and
-// leaves the index.
-func (srv *Server) endRedirect(rd *redirect) {
+// leaves the index, or its group. A share filter that kept reports true
+// for is not unregistered: the session (or a newer redirect) that holds
+// it here now registered it again, and a member's registration is not
+// counted as a route's is.
+func (srv *Server) endRedirect(rd *redirect, kept func(filter string) bool) {
 	srv.redirects.mu.Lock()
 	subs := make(map[*subscription]bool, len(rd.subs))
 	for sub, draining := range rd.subs {
@@ -257,7 +387,7 @@ func (srv *Server) endRedirect(rd *redirect) {
 	}
 	srv.redirects.mu.Unlock()
 	for sub, draining := range subs {
-		if !draining {
+		if !draining && !(sub.isStandIn() && kept != nil && kept(sub.filter)) {
 			srv.opts.Cluster.Unsubscribed(rd.client, sub.filter)
 		}
 		srv.dropRedirected(rd, sub)
@@ -265,13 +395,13 @@ func (srv *Server) endRedirect(rd *redirect) {
 }
 
 // endRedirectOf ends client's redirect, if it has one: its session is
-// back here.
-func (srv *Server) endRedirectOf(client string) {
+// back here, with subs (nil when it ended instead).
+func (srv *Server) endRedirectOf(client string, subs map[string]*subscription) {
 	srv.redirects.mu.Lock()
 	rd := srv.redirects.m[client]
 	srv.redirects.mu.Unlock()
 	if rd != nil {
-		srv.endRedirect(rd)
+		srv.endRedirect(rd, func(filter string) bool { _, ok := subs[filter]; return ok })
 	}
 }
 

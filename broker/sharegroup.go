@@ -259,6 +259,12 @@ func (srv *Server) joinGroup(name, filter string, sub *subscription) packet.Reas
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if cur, ok := g.members.Get(id); ok && sub.remote != nil && cur.Value.remote == nil {
+		// The client's session is here: another node's registration of
+		// it (one it moved from, not yet withdrawn) must not take its
+		// place, or this node would send its own member's messages away.
+		return packet.GrantedQoS0
+	}
 	if _, member := g.members.Get(id); !member && g.policy.MaxMembers > 0 && g.members.Len() >= g.policy.MaxMembers {
 		srv.log.Warn("share group full", "client", id, "group", name, "max", g.policy.MaxMembers)
 		return packet.QuotaExceeded
