@@ -177,6 +177,7 @@ const ClusterClaimTimeout = 2 * time.Second
 // ends its session here: another node has claimed it.
 func (srv *Server) Evict(clientID string) {
 	srv.redirectClaimed(clientID)
+	srv.departureClaimed(clientID, "")
 	srv.mu.Lock()
 	sess := srv.sessions[clientID]
 	if sess != nil {
@@ -338,6 +339,9 @@ func (srv *Server) forwardAcked(from string, m *Message, done func(accepted bool
 	r.flush()
 	if after != nil {
 		after()
+	}
+	if srv.passOnDeparted(m, &r) {
+		r.matched = true // answered for by the node the session went to
 	}
 	if !r.matched && !r.refused && seen != Watched {
 		// Its subscriber left, or moved to another node with its

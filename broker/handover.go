@@ -176,6 +176,7 @@ func (srv *Server) HandOver(clientID, to string) (*SessionState, bool) {
 		srv.mu.Unlock()
 		if ok {
 			srv.retarget(clientID, to)
+			srv.departureClaimed(clientID, to)
 		}
 		return st, ok
 	}
@@ -187,6 +188,7 @@ func (srv *Server) HandOver(clientID, to string) (*SessionState, bool) {
 	// session ended: its ordinary QoS 1 and 2 subscriptions redirect it
 	// (redirect.go), a share group picks another member.
 	subs := srv.letGo(sess, to)
+	srv.departed(clientID, to, subs)
 
 	sess.mu.Lock()
 	sess.ended, sess.moved = true, to != ""
@@ -329,6 +331,7 @@ func (srv *Server) Adopt(st *SessionState) error {
 	back := maps.Clone(s.subs)
 	s.mu.Unlock()
 	srv.endRedirectOf(rec.ClientID, back)
+	srv.returned(rec.ClientID)
 	s.mu.Lock()
 	for _, sub := range s.subs {
 		s.saveSubLocked(sub)
@@ -519,6 +522,7 @@ func (srv *Server) letGo(sess *session, to string) map[string]*subscription {
 func (srv *Server) takeBackHanded(clientID string, cleanStart bool) error {
 	// The client is served here again: nothing of it goes to another node.
 	defer srv.endRedirectOf(clientID, nil)
+	defer srv.returned(clientID)
 	srv.mu.Lock()
 	st, ok := srv.handed[clientID]
 	srv.mu.Unlock()

@@ -45,9 +45,10 @@ type Server struct {
 
 	retained retainedStore
 	clusterState
-	forwards  outboxes  // messages kept for other nodes' ordinary subscribers
-	redirects redirects // sessions handed to other nodes, still matched here (redirect.go)
-	unrouted  unrouted  // messages routed again that found no subscriber yet (unrouted.go)
+	forwards   outboxes   // messages kept for other nodes' ordinary subscribers
+	redirects  redirects  // sessions handed to other nodes, still matched here (redirect.go)
+	departures departures // sessions handed to other nodes, for forwards held up (departed.go)
+	unrouted   unrouted   // messages routed again that found no subscriber yet (unrouted.go)
 
 	// Decode and encode structs are borrowed per read and per send rather
 	// than kept in every connection: an idle connection then holds none.

@@ -22,6 +22,7 @@ type counters struct {
 	maybeDelivered   atomic.Uint64
 	clusterNotHere   atomic.Uint64
 	clusterRedirects atomic.Uint64
+	passedOn         atomic.Uint64
 	staleForwards    atomic.Uint64
 	handedOver       atomic.Uint64
 	adopted          atomic.Uint64
@@ -69,6 +70,7 @@ type Stats struct {
 	RepicksMaybeDelivered uint64
 	ClusterNotHere        uint64 // directed deliveries from other nodes for a client not here
 	ClusterRedirects      uint64 // messages sent on to the node a session moved to, while the other nodes learnt of the move
+	ClusterPassedOn       uint64 // forwards held up past a session's move, sent on to it by name (departed.go)
 	ClusterStaleForwards  uint64 // forwards not given to a session adopted from a replica: sent by the node it came from before that node saw the adoption
 	SessionsHandedOver    uint64 // sessions given to another node where their client resumed them
 	SessionsAdopted       uint64 // sessions taken from another node for a client resuming here
@@ -127,6 +129,7 @@ func (srv *Server) Stats() Stats {
 		RepicksMaybeDelivered: c.maybeDelivered.Load(),
 		ClusterNotHere:        c.clusterNotHere.Load(),
 		ClusterRedirects:      c.clusterRedirects.Load(),
+		ClusterPassedOn:       c.passedOn.Load(),
 		ClusterStaleForwards:  c.staleForwards.Load(),
 		SessionsHandedOver:    c.handedOver.Load(),
 		SessionsAdopted:       c.adopted.Load(),

@@ -1,0 +1,188 @@
+package broker
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/linemq/linemq/broker/topic"
+)
+
+// A session handed to another node (HandOver) leaves forwards behind it:
+// messages that other nodes routed here while this node's route was the
+// one they knew for the client, and that reach this node late, held up in
+// their outboxes (this node was away, or the sending node died after
+// writing them and came back; a restored outbox keeps no view). The
+// redirect (redirect.go) covers those that come while it lasts. One that
+// comes later finds the session gone; another ordinary subscriber of the
+// topic here takes it, which answers for it, and the client that moved
+// never gets it (fault-suite seed 21 lost 4 and 5 so, in two runs: the
+// node that acknowledged them was killed a few milliseconds later and
+// came back 15 s after, when the session had moved on twice).
+//
+// So this node remembers, for a while, where each session it handed over
+// went and what it subscribed to, and sends such a forward on to the
+// session by name, with DUP. A forward is one of these when its sender
+// routed it before it could have known of the move: by a view older than
+// the new owner's claim as this node saw it, or, when the view is not
+// known, published before that (with the clocks' skew allowed).
+
+// departuresMax bounds how many moved sessions a node remembers; the
+// oldest go first. Each costs its filters' bytes.
+const departuresMax = 4096
+
+// departure is a session handed to another node.
+type departure struct {
+	client  string
+	node    string
+	filters []departedFilter // its ordinary QoS 1 and 2 subscriptions
+	at      time.Time        // the move as this node saw it: its claim seen, or the hand-over
+	view    uint64           // this node's Cluster.View then
+}
+
+type departedFilter struct {
+	filter  string
+	noLocal bool
+}
+
+// departures are the Server's moved sessions, by client id.
+type departures struct {
+	mu sync.Mutex
+	m  map[string]*departure
+	// newest is the largest view of any departure, and newestAt its
+	// latest time: a forward routed by a view at least this new, or
+	// published after that, is none of theirs (the common case, read
+	// without the lock).
+	newest   atomic.Uint64
+	newestAt atomic.Int64
+}
+
+// departed records that client's session went to node with subs.
+func (srv *Server) departed(client, node string, subs map[string]*subscription) {
+	if node == "" || srv.opts.Cluster == nil || srv.opts.Forwards.BestEffort {
+		return
+	}
+	d := &departure{client: client, node: node}
+	for _, sub := range subs {
+		if sub.group == nil && sub.qos > 0 {
+			d.filters = append(d.filters, departedFilter{sub.topicFilter, sub.noLocal})
+		}
+	}
+	if len(d.filters) == 0 {
+		return
+	}
+	ds := &srv.departures
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if ds.m == nil {
+		ds.m = map[string]*departure{}
+	}
+	if len(ds.m) >= departuresMax {
+		ds.dropOldestLocked()
+	}
+	ds.m[client] = d
+	srv.stampDepartureLocked(d)
+}
+
+// departureClaimed moves client's departure to now, when its new owner's
+// claim is seen, or when it is handed on to another node (to).
+func (srv *Server) departureClaimed(client, to string) {
+	ds := &srv.departures
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if d := ds.m[client]; d != nil {
+		if to != "" {
+			d.node = to
+		}
+		srv.stampDepartureLocked(d)
+	}
+}
+
+// stampDepartureLocked sets d's time and view to now.
+func (srv *Server) stampDepartureLocked(d *departure) {
+	ds := &srv.departures
+	d.at, d.view = srv.clock.Now(), srv.opts.Cluster.View()
+	if d.view > ds.newest.Load() {
+		ds.newest.Store(d.view)
+	}
+	if t := d.at.UnixNano(); t > ds.newestAt.Load() {
+		ds.newestAt.Store(t)
+	}
+}
+
+// returned forgets client's departure: its session is here again.
+func (srv *Server) returned(client string) {
+	ds := &srv.departures
+	ds.mu.Lock()
+	delete(ds.m, client)
+	ds.mu.Unlock()
+}
+
+// dropOldestLocked forgets the departure seen longest ago.
+func (ds *departures) dropOldestLocked() {
+	var oldest *departure
+	for _, d := range ds.m {
+		if oldest == nil || d.at.Before(oldest.at) {
+			oldest = d
+		}
+	}
+	if oldest != nil {
+		delete(ds.m, oldest.client)
+	}
+}
+
+// routedBefore reports whether a message routed by view, published at
+// created, may have been sent here for a session that left at (at, v).
+func routedBefore(view uint64, created time.Time, at time.Time, v uint64) bool {
+	if view != 0 {
+		return view < v
+	}
+	return created.Before(at.Add(moveSkew))
+}
+
+// passOnDeparted sends m, forwarded here by another node for this node's
+// ordinary subscribers, on to each session that moved away from here
+// before the sender could know and that it matches: kept in that node's
+// outbox, by name, with DUP, its answer joining r's. It reports whether
+// it sent any.
+func (srv *Server) passOnDeparted(m *Message, r *router) bool {
+	ds := &srv.departures
+	view := m.view.Load()
+	if !routedBefore(view, m.Created, time.Unix(0, ds.newestAt.Load()), ds.newest.Load()) {
+		return false
+	}
+	type target struct{ client, node string }
+	var to []target
+	maxAge := srv.opts.Forwards.maxAge()
+	now := srv.clock.Now()
+	ds.mu.Lock()
+	for _, d := range ds.m {
+		if now.Sub(d.at) > maxAge {
+			delete(ds.m, d.client) // every outbox has let go of what it kept for it
+			continue
+		}
+		if !routedBefore(view, m.Created, d.at, d.view) || d.node == m.sender {
+			continue
+		}
+		for _, f := range d.filters {
+			if topic.Match(f.filter, m.Topic) && !(f.noLocal && m.Origin == d.client) {
+				to = append(to, target{d.client, d.node})
+				break
+			}
+		}
+	}
+	ds.mu.Unlock()
+	sent := false
+	for _, t := range to {
+		srv.mu.Lock()
+		_, here := srv.sessions[t.client]
+		srv.mu.Unlock()
+		if here || srv.redirecting(t.client, t.node) {
+			continue // back here, or its redirect still matches here
+		}
+		srv.stats.passedOn.Add(1)
+		r.persisted = srv.forwardDurable(t.node, t.client, m.dupCopy(), r) || r.persisted
+		sent = true
+	}
+	return sent
+}
