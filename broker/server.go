@@ -48,6 +48,7 @@ type Server struct {
 	forwards   outboxes   // messages kept for other nodes' ordinary subscribers
 	redirects  redirects  // sessions handed to other nodes, still matched here (redirect.go)
 	departures departures // sessions handed to other nodes, for forwards held up (departed.go)
+	stall      stallWatch // this node's own stalls (stall.go)
 	unrouted   unrouted   // messages routed again that found no subscriber yet (unrouted.go)
 
 	// Decode and encode structs are borrowed per read and per send rather
@@ -122,6 +123,10 @@ func New(opts Options) (*Server, error) {
 		s.parker = p
 	}
 	s.scheduleJanitor()
+	if cu, ok := o.Cluster.(ClusterCatchUp); ok {
+		s.stall.on, s.stall.base = true, time.Now()
+		go s.watchStalls(cu)
+	}
 	return s, nil
 }
 

@@ -178,7 +178,7 @@ func (s *session) deliverLocked(m *Message, qos byte, retain bool, ids *subIDs, 
 		if ids != nil {
 			d.subIDs = *ids
 		}
-		if s.queue.len() > 0 {
+		if s.queue.len() > 0 || s.srv.stall.holding() {
 			// QoS 1 or 2 messages wait for the send window: this one
 			// waits behind them rather than overtake them, so that the
 			// client gets the messages in the order they were routed
@@ -204,7 +204,7 @@ func (s *session) deliverLocked(m *Message, qos byte, retain bool, ids *subIDs, 
 		d.subIDs = *ids
 	}
 	persisted := s.persistentLocked()
-	if s.conn != nil && s.queue.len() == 0 && s.windowOpenLocked() {
+	if s.conn != nil && s.queue.len() == 0 && s.windowOpenLocked() && !s.srv.stall.holding() {
 		s.sendNewLocked(d, now)
 		return deliverResult{conn: s.conn, ok: true, persisted: persisted}
 	}
@@ -495,8 +495,8 @@ func (s *session) pubrec(pid uint16, reason packet.ReasonCode) {
 // room.
 func (s *session) pumpLocked() {
 	c := s.conn
-	if c == nil {
-		return
+	if c == nil || s.srv.stall.holding() {
+		return // after a stall, until the line is caught up with (stall.go)
 	}
 	now := s.srv.clock.Now()
 	for s.queue.len() > 0 {

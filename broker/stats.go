@@ -71,6 +71,7 @@ type Stats struct {
 	ClusterNotHere        uint64 // directed deliveries from other nodes for a client not here
 	ClusterRedirects      uint64 // messages sent on to the node a session moved to, while the other nodes learnt of the move
 	ClusterPassedOn       uint64 // forwards held up past a session's move, sent on to it by name (departed.go)
+	Stalls                uint64 // times this node found it had not run for over a second; deliveries waited for the line (stall.go)
 	ClusterStaleForwards  uint64 // forwards not given to a session adopted from a replica: sent by the node it came from before that node saw the adoption
 	SessionsHandedOver    uint64 // sessions given to another node where their client resumed them
 	SessionsAdopted       uint64 // sessions taken from another node for a client resuming here
@@ -130,6 +131,7 @@ func (srv *Server) Stats() Stats {
 		ClusterNotHere:        c.clusterNotHere.Load(),
 		ClusterRedirects:      c.clusterRedirects.Load(),
 		ClusterPassedOn:       c.passedOn.Load(),
+		Stalls:                srv.stall.stalls.Load(),
 		ClusterStaleForwards:  c.staleForwards.Load(),
 		SessionsHandedOver:    c.handedOver.Load(),
 		SessionsAdopted:       c.adopted.Load(),

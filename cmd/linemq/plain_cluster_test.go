@@ -166,6 +166,7 @@ func TestClusterThawedOwnerDeliversOnce(t *testing.T) {
 	}
 
 	frozen := time.Now()
+	before := hist.n.Load()
 	c.ds[1].cmd.Process.Signal(syscall.SIGSTOP)
 	const n = 20
 	for seq := uint64(1); seq <= n; seq++ {
@@ -212,6 +213,12 @@ func TestClusterThawedOwnerDeliversOnce(t *testing.T) {
 	case <-hist.done: // let go (0x8E): it resumes, on node 2 as before
 	case <-time.After(30 * time.Second):
 		t.Fatal("node 2 kept the historian's connection 30 s after it thawed")
+	}
+	// Node 2 found it had stalled and held its deliveries until it had
+	// caught up with the line: the session it lost was gone by then, and
+	// nothing went out on its old connection.
+	if late := hist.n.Load() - before; late > 0 {
+		t.Errorf("node 2 wrote %d messages on the historian's old connection after it thawed, before it learnt the session was adopted elsewhere", late)
 	}
 	back := resume(t, c.addrs[1], "historian", got, 40*time.Second)
 	if !back.present {

@@ -284,6 +284,21 @@ func (n *Node) View() uint64 {
 	return uint64(max(n.reg.Revision(), n.viewFloor.Load(), 0))
 }
 
+// CatchUp implements broker.ClusterCatchUp: it reads etcd's current
+// revision (a linearizable read) and waits until the registry has handed
+// the broker every event up to it.
+func (n *Node) CatchUp(ctx context.Context) error {
+	rev, err := n.reg.CurrentRevision(ctx)
+	if err != nil {
+		return err
+	}
+	return n.reg.AwaitRevision(ctx, rev)
+}
+
+// Interface guard: without CatchUp, a gateway that was stopped would write
+// to its clients before learning which of their sessions it lost.
+var _ broker.ClusterCatchUp = (*Node)(nil)
+
 // Available implements broker.Cluster: the node is registered and its
 // transport can take deliveries.
 func (n *Node) Available(node string) bool { return n.tr.Available(node) }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Write is a change queued for the registrar. It completes once the change
@@ -288,6 +290,17 @@ func (r *Registry) LookupSessionAt(ctx context.Context, client string) (Owner, b
 	o := v.owner()
 	o.Revision = resp.Kvs[0].ModRevision
 	return o, true, rev, nil
+}
+
+// CurrentRevision returns etcd's revision now, by a linearizable read: a
+// caller that waits for it (AwaitRevision) has then seen every change made
+// in the line before the call.
+func (r *Registry) CurrentRevision(ctx context.Context) (int64, error) {
+	resp, err := r.opts.Client.Get(ctx, r.keys.prefix, clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
 }
 
 // AwaitRevision waits until this node's copy has delivered every event up
