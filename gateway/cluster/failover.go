@@ -458,6 +458,7 @@ func (h *held) finish(origin string, force bool) {
 		}
 	}
 	n.srv.NodeFailedOver(origin, adopted, back)
+	n.dropParkedMembers(origin, nil)
 	n.log.Info("the sessions of a gateway that is gone live on the others now", "node", origin, "waited_for_all", !force)
 }
 
