@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -119,13 +120,14 @@ type ClusterInbound interface {
 	// a node that joins or comes back.
 	RetainedSnapshot() []*Message
 	MergeRetained(ms []*Message) int
-	// HandOver, Adopt, ConfirmAdopted, Drop and Evict move a session
-	// between nodes; see each.
+	// HandOver, Adopt, ConfirmAdopted, Drop, Evict and LetGoTo move a
+	// session between nodes; see each.
 	HandOver(clientID, to string) (*SessionState, bool)
 	Adopt(st *SessionState) error
 	Drop(clientID, owner string)
 	ConfirmAdopted(clientID string)
 	Evict(clientID string)
+	LetGoTo(clientID, owner string)
 	// Clients lists the sessions here, for settling the restored ones
 	// with the registry.
 	Clients() []ClientStats
@@ -204,6 +206,25 @@ func (srv *Server) Evict(clientID string) {
 		c.kick(packet.SessionTakenOver)
 	}
 	srv.endSession(sess)
+}
+
+// LetGoTo is Evict for a session this node restored from its store whose
+// client another node, owner, has claimed meanwhile (it moved while this
+// node was down, after this node had handed its state over): forwards
+// that other nodes kept for this node while it was away, routed before
+// they knew of the move, follow the session there (departed.go) instead
+// of going to this node's other subscribers alone.
+func (srv *Server) LetGoTo(clientID, owner string) {
+	srv.mu.Lock()
+	sess := srv.sessions[clientID]
+	srv.mu.Unlock()
+	if sess != nil {
+		sess.mu.Lock()
+		subs := maps.Clone(sess.subs)
+		sess.mu.Unlock()
+		srv.departed(clientID, owner, subs)
+	}
+	srv.Evict(clientID)
 }
 
 // ClusterRegisterTimeout bounds how long a SUBACK waits for the

@@ -1,10 +1,12 @@
 package broker
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/linemq/linemq/broker/packet"
 	"github.com/linemq/linemq/broker/topic"
 )
 
@@ -22,10 +24,15 @@ import (
 //
 // So this node remembers, for a while, where each session it handed over
 // went and what it subscribed to, and sends such a forward on to the
-// session by name, with DUP. A forward is one of these when its sender
-// routed it before it could have known of the move: by a view older than
-// the new owner's claim as this node saw it, or, when the view is not
-// known, published before that (with the clocks' skew allowed).
+// session by name, with DUP. A forward is one of these when it was
+// published before the move as this node saw it (the hand-over, then the
+// new owner's claim; with the clocks' skew allowed), or routed by a view
+// older than that. The record is written to the Store with the hand-over,
+// and synced before the state goes: the node may die right after handing
+// a session over and come back to the others' outboxes (fault-suite seed
+// 27 lost 13 messages so, the node killed 7 ms after the hand-over). A
+// node that restarts and finds a restored session claimed elsewhere
+// records it too (LetGoTo).
 
 // departuresMax bounds how many moved sessions a node remembers; the
 // oldest go first. Each costs its filters' bytes.
@@ -37,7 +44,25 @@ type departure struct {
 	node    string
 	filters []departedFilter // its ordinary QoS 1 and 2 subscriptions
 	at      time.Time        // the move as this node saw it: its claim seen, or the hand-over
-	view    uint64           // this node's Cluster.View then
+	view    uint64           // this node's Cluster.View then; 0 when restored
+	stored  bool             // its record is in the Store
+}
+
+// departedPrefix starts the outbox name under which a departure's record
+// is kept (outboxPrefix + departedPrefix + node + "\x00" + client): an
+// outbox record to the rest of the line, which keeps such records on
+// their node (they are not replicated, and no fail-over adopts them).
+const departedPrefix = "\x00departed\x00"
+
+func (d *departure) id() string { return outboxPrefix + departedPrefix + d.node + "\x00" + d.client }
+
+// departedRecord splits an outbox name made by departure.id.
+func departedRecord(outboxNode string) (node, client string, ok bool) {
+	rest, ok := strings.CutPrefix(outboxNode, departedPrefix)
+	if !ok {
+		return "", "", false
+	}
+	return strings.Cut(rest, "\x00")
 }
 
 type departedFilter struct {
@@ -57,10 +82,12 @@ type departures struct {
 	newestAt atomic.Int64
 }
 
-// departed records that client's session went to node with subs.
-func (srv *Server) departed(client, node string, subs map[string]*subscription) {
+// departed records that client's session went to node with subs, and
+// reports whether it wrote the record to the Store (to be synced before
+// the move is answered).
+func (srv *Server) departed(client, node string, subs map[string]*subscription) bool {
 	if node == "" || srv.opts.Cluster == nil || srv.opts.Forwards.BestEffort {
-		return
+		return false
 	}
 	d := &departure{client: client, node: node}
 	for _, sub := range subs {
@@ -69,7 +96,7 @@ func (srv *Server) departed(client, node string, subs map[string]*subscription) 
 		}
 	}
 	if len(d.filters) == 0 {
-		return
+		return false
 	}
 	ds := &srv.departures
 	ds.mu.Lock()
@@ -77,11 +104,14 @@ func (srv *Server) departed(client, node string, subs map[string]*subscription) 
 	if ds.m == nil {
 		ds.m = map[string]*departure{}
 	}
-	if len(ds.m) >= departuresMax {
-		ds.dropOldestLocked()
+	if old := ds.m[client]; old != nil {
+		srv.forgetDepartureLocked(old)
+	} else if len(ds.m) >= departuresMax {
+		ds.dropOldestLocked(srv)
 	}
 	ds.m[client] = d
 	srv.stampDepartureLocked(d)
+	return srv.storeDepartureLocked(d)
 }
 
 // departureClaimed moves client's departure to now, when its new owner's
@@ -90,11 +120,65 @@ func (srv *Server) departureClaimed(client, to string) {
 	ds := &srv.departures
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
-	if d := ds.m[client]; d != nil {
-		if to != "" {
-			d.node = to
+	d := ds.m[client]
+	if d == nil {
+		return
+	}
+	if to != "" && to != d.node {
+		srv.forgetDepartureLocked(d) // its record is named for its node
+		d.node = to
+		ds.m[client] = d
+	}
+	srv.stampDepartureLocked(d)
+	srv.storeDepartureLocked(d)
+}
+
+// storeDepartureLocked writes d's record, if there is a Store, and
+// reports whether it did.
+func (srv *Server) storeDepartureLocked(d *departure) bool {
+	store := srv.opts.Store
+	if store == nil {
+		return false
+	}
+	id := d.id()
+	srv.storeErr("save departure", id, store.SaveSession(&SessionRecord{ClientID: id, Version: packet.V5, ExpiryInterval: neverExpires, Disconnected: d.at}))
+	if !d.stored {
+		for _, f := range d.filters {
+			srv.storeErr("save departure", id, store.SaveSubscription(id, SubscriptionRecord{Filter: f.filter, QoS: 1, NoLocal: f.noLocal}))
 		}
-		srv.stampDepartureLocked(d)
+	}
+	d.stored = true
+	return true
+}
+
+// forgetDepartureLocked takes d out of the map and the Store.
+func (srv *Server) forgetDepartureLocked(d *departure) {
+	ds := &srv.departures
+	if ds.m[d.client] == d {
+		delete(ds.m, d.client)
+	}
+	if d.stored && srv.opts.Store != nil {
+		srv.storeErr("delete departure", d.id(), srv.opts.Store.DeleteSession(d.id()))
+		d.stored = false
+	}
+}
+
+// restoreDeparture rebuilds a departure from its record at start. Its
+// view is not kept: what was published before it is what follows it.
+func (srv *Server) restoreDeparture(node, client string, rec *SessionRecord) {
+	d := &departure{client: client, node: node, at: rec.Disconnected, stored: true}
+	for _, sr := range rec.Subscriptions {
+		d.filters = append(d.filters, departedFilter{sr.Filter, sr.NoLocal})
+	}
+	ds := &srv.departures
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if ds.m == nil {
+		ds.m = map[string]*departure{}
+	}
+	ds.m[client] = d
+	if t := d.at.UnixNano(); t > ds.newestAt.Load() {
+		ds.newestAt.Store(t)
 	}
 }
 
@@ -114,12 +198,14 @@ func (srv *Server) stampDepartureLocked(d *departure) {
 func (srv *Server) returned(client string) {
 	ds := &srv.departures
 	ds.mu.Lock()
-	delete(ds.m, client)
+	if d := ds.m[client]; d != nil {
+		srv.forgetDepartureLocked(d)
+	}
 	ds.mu.Unlock()
 }
 
 // dropOldestLocked forgets the departure seen longest ago.
-func (ds *departures) dropOldestLocked() {
+func (ds *departures) dropOldestLocked(srv *Server) {
 	var oldest *departure
 	for _, d := range ds.m {
 		if oldest == nil || d.at.Before(oldest.at) {
@@ -127,17 +213,16 @@ func (ds *departures) dropOldestLocked() {
 		}
 	}
 	if oldest != nil {
-		delete(ds.m, oldest.client)
+		srv.forgetDepartureLocked(oldest)
 	}
 }
 
 // routedBefore reports whether a message routed by view, published at
-// created, may have been sent here for a session that left at (at, v).
+// created, may have been sent here for a session that left at (at, v):
+// published before the move (the clocks' skew allowed), or routed by a
+// view that did not have it.
 func routedBefore(view uint64, created time.Time, at time.Time, v uint64) bool {
-	if view != 0 {
-		return view < v
-	}
-	return created.Before(at.Add(moveSkew))
+	return created.Before(at.Add(moveSkew)) || view != 0 && view < v
 }
 
 // passOnDeparted sends m, forwarded here by another node for this node's
@@ -158,7 +243,7 @@ func (srv *Server) passOnDeparted(m *Message, r *router) bool {
 	ds.mu.Lock()
 	for _, d := range ds.m {
 		if now.Sub(d.at) > maxAge {
-			delete(ds.m, d.client) // every outbox has let go of what it kept for it
+			srv.forgetDepartureLocked(d) // every outbox has let go of what it kept for it
 			continue
 		}
 		if !routedBefore(view, m.Created, d.at, d.view) || d.node == m.sender {

@@ -188,7 +188,11 @@ func (srv *Server) HandOver(clientID, to string) (*SessionState, bool) {
 	// session ended: its ordinary QoS 1 and 2 subscriptions redirect it
 	// (redirect.go), a share group picks another member.
 	subs := srv.letGo(sess, to)
-	srv.departed(clientID, to, subs)
+	if srv.departed(clientID, to, subs) {
+		// This node may die as soon as the state is out, and the others'
+		// outboxes bring it what they kept when it is back (departed.go).
+		srv.storeErr("sync departure", clientID, srv.syncStore())
+	}
 
 	sess.mu.Lock()
 	sess.ended, sess.moved = true, to != ""

@@ -524,6 +524,10 @@ func (srv *Server) restoreOutbox(rec *SessionRecord, msgs []*MessageRecord) {
 		srv.restoreUnrouted(msgs)
 		return
 	}
+	if to, client, ok := departedRecord(node); ok {
+		srv.restoreDeparture(to, client, rec)
+		return
+	}
 	o := srv.outbox(node)
 	now := srv.clock.Now()
 	slices.SortFunc(msgs, func(a, b *MessageRecord) int { return cmp.Compare(a.Seq, b.Seq) })

@@ -2,13 +2,16 @@ package broker_test
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/linemq/linemq/broker"
 	"github.com/linemq/linemq/broker/brokertest"
 	"github.com/linemq/linemq/broker/packet"
+	"github.com/linemq/linemq/storage/bolt"
 )
 
 // handOff moves client's session from one broker to another as the
@@ -412,4 +415,114 @@ func TestHeldUpForwardFollowsAMovedSession(t *testing.T) {
 		t.Fatalf("node 1's other subscriber got %q, want \"fresh\"", got)
 	}
 	resumed.ExpectNothing(300 * time.Millisecond)
+}
+
+// TestRestoredCopyLetGoSendsHeldUpForwardsOn: node 1 comes back from a
+// crash with its copy of a session whose client moved to node 2 while it
+// was down (node 1 had handed the state over just before it died, so it
+// never saw node 2's claim). Node 3's outbox then hands node 1 what it
+// kept for it meanwhile, routed when the session was still node 1's: the
+// session, let go, must get it on node 2. Fault-suite seed 27 lost 13
+// acknowledged messages so (the node killed 7 ms after the hand-over,
+// back 5.6 s later, its other subscriber of the topic taking them).
+func TestRestoredCopyLetGoSendsHeldUpForwardsOn(t *testing.T) {
+	net, s := startCluster(t, 2)
+	offlineHist(t, s[0]) // node 1's restored copy
+	other := windowSub(t, s[0].Addr, "other", "r/#", 100, 0)
+	offlineHist(t, s[1]) // the session, on node 2 now
+	resumed, _ := brokertest.Connect(t, s[1].Addr, withExpiry(rawV5("hist", false), 300))
+	net.views["n1"].Store(10)
+	s[0].LetGoTo("hist", "n2")
+
+	m := broker.NewMessage("r/1", []byte("kept"), 1, false)
+	m.SetView(5) // routed by node 3 before the move
+	answer := make(chan error, 1)
+	s[0].DeliverFrom("n3", broker.RemoteMember{Node: "n1"}, m, func(ok bool, err error) {
+		if err == nil && !ok {
+			err = fmt.Errorf("not accepted")
+		}
+		answer <- err
+	})
+	select {
+	case err := <-answer:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer")
+	}
+	var p packet.Publish
+	h := resumed.Expect(packet.PUBLISH, &p)
+	if string(p.Payload) != "kept" || h.Flags&0x08 == 0 {
+		t.Fatalf("session on node 2 got %q (flags %#x), want \"kept\" with DUP", p.Payload, h.Flags)
+	}
+	if got := nextPayload(other, 2*time.Second); got != "kept" {
+		t.Fatalf("node 1's other subscriber got %q", got)
+	}
+}
+
+// TestDepartureOutlivesARestart: node 1 hands a persistent subscriber's
+// session to node 2, sees node 2's claim, and restarts. What another node's
+// outbox kept for node 1 meanwhile, published before the move, still
+// follows the session to node 2: the hand-over's record of where it went
+// is on node 1's disk (a real bbolt file). Fault-suite seed 27 lost 13
+// acknowledged messages so: node 2 there was killed 7 ms after handing
+// the session over and came back 5.6 s later.
+func TestDepartureOutlivesARestart(t *testing.T) {
+	net := &memNet{nodes: map[string]*broker.Server{}, unsubs: map[string][]string{}, down: map[string]*atomic.Bool{}, views: map[string]*atomic.Uint64{}}
+	t.Cleanup(net.wg.Wait)
+	path := filepath.Join(t.TempDir(), "n1.db")
+	var s []*brokertest.Server
+	for i, name := range []string{"n1", "n2"} {
+		net.down[name], net.views[name] = new(atomic.Bool), new(atomic.Uint64)
+		var open func() (broker.Store, func() error)
+		if i == 0 {
+			open = func() (broker.Store, func() error) {
+				st, err := bolt.Open(path, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return st, st.Close
+			}
+		}
+		srv := brokertest.Start(t, broker.Options{Cluster: net.cluster(name)}, open)
+		net.mu.Lock()
+		net.nodes[name] = srv.Server
+		net.mu.Unlock()
+		s = append(s, srv)
+	}
+	offlineHist(t, s[0])
+	kept := broker.NewMessage("r/1", []byte("kept"), 1, false) // published before the move
+	handOff(t, s[0], s[1], "n2", "hist")
+	resumed, _ := brokertest.Connect(t, s[1].Addr, withExpiry(rawV5("hist", false), 300))
+	s[0].Evict("hist") // node 2's claim seen: node 1's copy of the session goes
+	s[0].Restart()
+	net.mu.Lock()
+	net.nodes["n1"] = s[0].Server
+	net.mu.Unlock()
+	other := windowSub(t, s[0].Addr, "other", "r/#", 100, 0)
+
+	answer := make(chan error, 1)
+	s[0].DeliverFrom("n3", broker.RemoteMember{Node: "n1"}, kept, func(ok bool, err error) {
+		if err == nil && !ok {
+			err = fmt.Errorf("not accepted")
+		}
+		answer <- err
+	})
+	select {
+	case err := <-answer:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer")
+	}
+	var p packet.Publish
+	h := resumed.Expect(packet.PUBLISH, &p)
+	if string(p.Payload) != "kept" || h.Flags&0x08 == 0 {
+		t.Fatalf("session on node 2 got %q (flags %#x), want \"kept\" with DUP", p.Payload, h.Flags)
+	}
+	if got := nextPayload(other, 2*time.Second); got != "kept" {
+		t.Fatalf("node 1's other subscriber got %q", got)
+	}
 }

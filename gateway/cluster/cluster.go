@@ -314,6 +314,7 @@ func (c *Cluster) Bind(srv broker.ClusterInbound) error {
 		case <-ctx.Done():
 			return
 		}
+		c.node.letGoMoved()
 		c.node.openMesh()
 		c.node.Reconcile(ctx)
 		c.node.markReady()

@@ -524,19 +524,47 @@ var errNotReady = errors.New("cluster: this gateway is still joining its line")
 
 // Reconcile settles the sessions the broker restored from its store with
 // what the registry says once it is loaded: a session another node owns
-// now (its client moved while this node was down) is let go (Evict: its
-// share-group messages go to the other members), and every other one is
-// claimed, so that a client resuming it elsewhere is handed it from here.
-// A record naming this node is claimed again too: it is the previous
-// run's, which goes with that run's lease (revoked as this run registers,
-// or expiring), and a session held here without a claim of this run's
-// would stay a member of its groups after its client resumed elsewhere.
-// Call it once the registry is Ready.
+// now (its client moved while this node was down) is let go (letGoMoved),
+// and every other one is claimed, so that a client resuming it elsewhere
+// is handed it from here. A record naming this node is claimed again too:
+// it is the previous run's, which goes with that run's lease (revoked as
+// this run registers, or expiring), and a session held here without a
+// claim of this run's would stay a member of its groups after its client
+// resumed elsewhere. Call it once the registry is Ready.
 func (n *Node) Reconcile(ctx context.Context) {
+	n.letGoMoved()
 	// Claims go many at a time: the registrar commits them in batches,
 	// so thousands of restored sessions cost a few round trips to etcd.
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
+	for _, c := range n.srv.Clients() {
+		if c.Connected {
+			continue // its connection claimed it
+		}
+		if o, owned := n.reg.SessionOwner(c.ClientID); owned && o.Node != n.self {
+			continue // let go; claimed elsewhere since
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		n.startClaim(c.ClientID)
+		go func(id string) {
+			defer func() { <-sem; wg.Done(); n.endClaim(id) }()
+			claim, err := n.reg.ClaimSession(ctx, id)
+			if err != nil {
+				n.log.Warn("claiming a restored session", "client", id, "err", err)
+				return
+			}
+			n.setClaimed(id, claim.Revision)
+		}(c.ClientID)
+	}
+	wg.Wait()
+}
+
+// letGoMoved lets go of the restored sessions that another node owns now.
+// It runs before this node opens its streams to the others too: a forward
+// they kept for it while it was away must not find such a session still
+// here, to be dropped with it.
+func (n *Node) letGoMoved() {
 	for _, c := range n.srv.Clients() {
 		if c.Connected {
 			continue // its connection claimed it
@@ -549,24 +577,12 @@ func (n *Node) Reconcile(ctx context.Context) {
 			n.log.Info("letting go of a restored session the line adopted from its replica", "client", c.ClientID, "owner", o.Node, "queued", c.Queued)
 			n.srv.DropReplicated(c.ClientID, math.MaxUint64, o.Node)
 		case owned && o.Node != n.self:
+			// Its client moved while this node was down: forwards the
+			// others kept for it here follow it (LetGoTo).
 			n.log.Info("letting go of a restored session another node owns now", "client", c.ClientID, "owner", o.Node, "queued", c.Queued)
-			n.srv.Evict(c.ClientID)
-		default:
-			sem <- struct{}{}
-			wg.Add(1)
-			n.startClaim(c.ClientID)
-			go func(id string) {
-				defer func() { <-sem; wg.Done(); n.endClaim(id) }()
-				claim, err := n.reg.ClaimSession(ctx, id)
-				if err != nil {
-					n.log.Warn("claiming a restored session", "client", id, "err", err)
-					return
-				}
-				n.setClaimed(id, claim.Revision)
-			}(c.ClientID)
+			n.srv.LetGoTo(c.ClientID, o.Node)
 		}
 	}
-	wg.Wait()
 }
 
 // Retain implements broker.Cluster: the message goes to every other node
