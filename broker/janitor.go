@@ -22,13 +22,7 @@ func (srv *Server) scheduleJanitor() {
 // the retained store.
 func (srv *Server) sweepExpired() {
 	now := srv.clock.Now()
-	srv.mu.Lock()
-	sessions := make([]*session, 0, len(srv.sessions))
-	for _, s := range srv.sessions {
-		sessions = append(sessions, s)
-	}
-	srv.mu.Unlock()
-	for _, s := range sessions {
+	for _, s := range srv.sessionList() {
 		s.mu.Lock()
 		keep := ring{total: s.queue.total}
 		for s.queue.len() > 0 {

@@ -94,13 +94,7 @@ func (srv *Server) catchUp(cu ClusterCatchUp) {
 	}
 	srv.stall.last.Store(int64(time.Since(srv.stall.base)))
 	srv.stall.held.Store(false)
-	srv.mu.Lock()
-	sessions := make([]*session, 0, len(srv.sessions))
-	for _, s := range srv.sessions {
-		sessions = append(sessions, s)
-	}
-	srv.mu.Unlock()
-	for _, s := range sessions {
+	for _, s := range srv.sessionList() {
 		s.mu.Lock()
 		s.pumpLocked()
 		c := s.conn
