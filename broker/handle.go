@@ -187,6 +187,14 @@ func (c *conn) handlePublish(flags byte, body []byte) error {
 	// its own message may take its publish as done, and it is.
 	m.echoConn, m.echoGate = c.serial, c.ackSeq
 	m.rx = c.rx
+	if p.QoS > 0 && c.srv.stall.readDuring(c.rx) {
+		// It waited in the socket while this node was stopped (stall.go):
+		// its publisher, given up on it, may have sent it again through
+		// another gateway, and later ones since. Every copy carries DUP,
+		// so that a subscriber takes it for what it may be.
+		m.redelivery = true
+		c.srv.stats.stallRedeliveries.Add(1)
+	}
 	if reservedTopic(opts.ReservedTopics, m.Topic) || !opts.Auth.CanPublish(c.info, m.Topic) {
 		rc = packet.NotAuthorized
 		c.srv.stats.publishDenied.Add(1)

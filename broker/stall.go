@@ -53,6 +53,9 @@ type stallWatch struct {
 	last   atomic.Int64
 	held   atomic.Bool
 	stalls atomic.Uint64
+	// from and to bound the last stall, in Unix nanoseconds (the
+	// kernel's receive timestamps are wall-clock time).
+	from, to atomic.Int64
 }
 
 // watchStalls runs the watch until the server stops.
@@ -74,6 +77,9 @@ func (srv *Server) watchStalls(cu ClusterCatchUp) {
 		}
 		w.held.Store(true)
 		w.last.Store(int64(now))
+		end := time.Now().UnixNano()
+		w.from.Store(end - int64(gap))
+		w.to.Store(end)
 		w.stalls.Add(1)
 		srv.log.Warn("this gateway did not run for a while (stopped, paused or starved): deliveries to clients wait until its view of the line has caught up",
 			"stalled", gap.Round(time.Millisecond))
@@ -113,4 +119,15 @@ func (w *stallWatch) holding() bool {
 		return false
 	}
 	return w.held.Load() || time.Since(w.base)-time.Duration(w.last.Load()) > stallBound
+}
+
+// readDuring reports whether a publish read now, whose bytes the kernel
+// received at rx (Unix ns; 0 when unknown), may have waited out a stall
+// in its socket: its publisher may have given up on it and sent it again,
+// and later ones, through another gateway.
+func (w *stallWatch) readDuring(rx int64) bool {
+	if !w.on {
+		return false
+	}
+	return w.holding() || rx != 0 && rx >= w.from.Load() && rx < w.to.Load()
 }

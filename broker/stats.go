@@ -5,39 +5,40 @@ import "sync/atomic"
 // counters are the broker's running totals, updated with atomics on the
 // hot path and read by Stats.
 type counters struct {
-	connected        atomic.Int64
-	connects         atomic.Uint64
-	packetsIn        atomic.Uint64
-	msgsIn           atomic.Uint64
-	bytesIn          atomic.Uint64
-	msgsRouted       atomic.Uint64
-	acked            atomic.Uint64
-	dupQoS2          atomic.Uint64
-	droppedQoS0      atomic.Uint64
-	droppedQueueFull atomic.Uint64
-	refusedQueueFull atomic.Uint64
-	clusterForwards  atomic.Uint64
-	clusterDelivers  atomic.Uint64
-	clusterRepicks   atomic.Uint64
-	maybeDelivered   atomic.Uint64
-	clusterNotHere   atomic.Uint64
-	clusterRedirects atomic.Uint64
-	passedOn         atomic.Uint64
-	staleForwards    atomic.Uint64
-	handedOver       atomic.Uint64
-	adopted          atomic.Uint64
-	retainedStale    atomic.Uint64
-	retainedIn       atomic.Uint64
-	publishDenied    atomic.Uint64
-	readDenied       atomic.Uint64
-	droppedTooLarge  atomic.Uint64
-	expired          atomic.Uint64
-	expiredSessions  atomic.Uint64
-	willsPublished   atomic.Uint64
-	storeErrors      atomic.Uint64
-	acksHeld         atomic.Uint64
-	groupDiscarded   atomic.Uint64
-	lookedBack       atomic.Uint64
+	connected         atomic.Int64
+	connects          atomic.Uint64
+	packetsIn         atomic.Uint64
+	msgsIn            atomic.Uint64
+	bytesIn           atomic.Uint64
+	msgsRouted        atomic.Uint64
+	acked             atomic.Uint64
+	dupQoS2           atomic.Uint64
+	droppedQoS0       atomic.Uint64
+	droppedQueueFull  atomic.Uint64
+	refusedQueueFull  atomic.Uint64
+	clusterForwards   atomic.Uint64
+	clusterDelivers   atomic.Uint64
+	clusterRepicks    atomic.Uint64
+	maybeDelivered    atomic.Uint64
+	clusterNotHere    atomic.Uint64
+	clusterRedirects  atomic.Uint64
+	passedOn          atomic.Uint64
+	stallRedeliveries atomic.Uint64
+	staleForwards     atomic.Uint64
+	handedOver        atomic.Uint64
+	adopted           atomic.Uint64
+	retainedStale     atomic.Uint64
+	retainedIn        atomic.Uint64
+	publishDenied     atomic.Uint64
+	readDenied        atomic.Uint64
+	droppedTooLarge   atomic.Uint64
+	expired           atomic.Uint64
+	expiredSessions   atomic.Uint64
+	willsPublished    atomic.Uint64
+	storeErrors       atomic.Uint64
+	acksHeld          atomic.Uint64
+	groupDiscarded    atomic.Uint64
+	lookedBack        atomic.Uint64
 }
 
 // Stats is a snapshot of the broker's counters and sizes.
@@ -72,6 +73,7 @@ type Stats struct {
 	ClusterRedirects      uint64 // messages sent on to the node a session moved to, while the other nodes learnt of the move
 	ClusterPassedOn       uint64 // forwards held up past a session's move, sent on to it by name (departed.go)
 	Stalls                uint64 // times this node found it had not run for over a second; deliveries waited for the line (stall.go)
+	StallRedeliveries     uint64 // QoS 1 and 2 publishes read while deliveries waited after a stall, routed with DUP (stall.go)
 	ClusterStaleForwards  uint64 // forwards not given to a session adopted from a replica: sent by the node it came from before that node saw the adoption
 	SessionsHandedOver    uint64 // sessions given to another node where their client resumed them
 	SessionsAdopted       uint64 // sessions taken from another node for a client resuming here
@@ -132,6 +134,7 @@ func (srv *Server) Stats() Stats {
 		ClusterRedirects:      c.clusterRedirects.Load(),
 		ClusterPassedOn:       c.passedOn.Load(),
 		Stalls:                srv.stall.stalls.Load(),
+		StallRedeliveries:     c.stallRedeliveries.Load(),
 		ClusterStaleForwards:  c.staleForwards.Load(),
 		SessionsHandedOver:    c.handedOver.Load(),
 		SessionsAdopted:       c.adopted.Load(),

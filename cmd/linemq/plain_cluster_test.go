@@ -257,4 +257,21 @@ func TestClusterThawedOwnerDeliversOnce(t *testing.T) {
 	if plain > 0 {
 		t.Errorf("%d messages reached the historian twice without DUP: %v", plain, which)
 	}
+	// The 20 waited in node 2's socket through the freeze: what node 2
+	// forwarded of them to the other nodes' subscribers after the thaw
+	// carries DUP (their publisher may have sent them again elsewhere).
+	others.mu.Lock()
+	var plainLate []uint64
+	copies := 0
+	for seq := uint64(1); seq <= n; seq++ {
+		copies += others.seen[seq]
+		if others.plain[seq] > 0 {
+			plainLate = append(plainLate, seq)
+		}
+	}
+	others.mu.Unlock()
+	t.Logf("the other nodes' subscribers got %d copies of the 20, %d of the 20 without DUP", copies, len(plainLate))
+	if len(plainLate) > 0 {
+		t.Errorf("node 2 forwarded %v, read from its socket after the thaw, without DUP", plainLate)
+	}
 }

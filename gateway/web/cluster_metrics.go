@@ -102,6 +102,7 @@ func newClusterCollector(s *Server) *clusterCollector {
 	bs("redirects_total", "Messages sent on to the gateway a session moved to, while the others learnt of the move.", func(s *broker.Stats) float64 { return float64(s.ClusterRedirects) })
 	bs("passed_on_total", "Forwards held up past a session's move from this gateway (its outbox elsewhere kept them), sent on to the session by name.", func(s *broker.Stats) float64 { return float64(s.ClusterPassedOn) })
 	bs("stalls_total", "Times this gateway found it had not run for over a second (stopped, paused, starved); deliveries to clients waited until its view of the line had caught up.", func(s *broker.Stats) float64 { return float64(s.Stalls) })
+	bs("stall_redeliveries_total", "QoS 1 and 2 publishes this gateway read while its deliveries waited after a stall, routed with DUP: their publishers may have sent them again elsewhere.", func(s *broker.Stats) float64 { return float64(s.StallRedeliveries) })
 	bs("stale_forwards_total", "Forwards not given to a session adopted from a replica: sent by the gateway it was adopted from before that gateway saw the adoption, when the session was still its own.", func(s *broker.Stats) float64 { return float64(s.ClusterStaleForwards) })
 	bs("sessions_handed_over_total", "Sessions given to another node where their client resumed them.", func(s *broker.Stats) float64 { return float64(s.SessionsHandedOver) })
 	bs("sessions_adopted_total", "Sessions taken from another node for a client resuming here.", func(s *broker.Stats) float64 { return float64(s.SessionsAdopted) })
