@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -66,6 +67,9 @@ func (srv *Server) watchStalls(cu ClusterCatchUp) {
 	for {
 		select {
 		case <-srv.stopping:
+			// Never overdue from now: what the shutdown still writes
+			// (a will, a DISCONNECT's last messages) must not wait.
+			w.last.Store(math.MaxInt64 / 2)
 			return
 		case <-t.C:
 		}
@@ -98,7 +102,9 @@ func (srv *Server) catchUp(cu ClusterCatchUp) {
 	} else {
 		srv.log.Info("caught up with the line after a stall; deliveries go on", "took", time.Since(start).Round(time.Millisecond))
 	}
-	srv.stall.last.Store(int64(time.Since(srv.stall.base)))
+	if !srv.isStopping() {
+		srv.stall.last.Store(int64(time.Since(srv.stall.base)))
+	}
 	srv.stall.held.Store(false)
 	for _, s := range srv.sessionList() {
 		s.mu.Lock()
