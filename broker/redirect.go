@@ -58,11 +58,12 @@ const redirectDrain = 2 * time.Second
 const redirectMax = 30 * time.Second
 
 // redirect is a session handed to another node whose ordinary
-// subscriptions still match here.
+// subscriptions still match here, and whose share-group memberships have
+// stand-ins here.
 type redirect struct {
 	client  string
 	node    string
-	subs    map[*subscription]bool // in the index; true once unregistered (draining)
+	subs    map[*subscription]bool // in the index, or stand-ins in their groups; true once unregistered (draining)
 	claimed bool                   // the new owner's claim has been seen (Evict)
 	timer   Timer
 }
