@@ -76,6 +76,7 @@ type origin struct {
 	applied   uint64              // that batch's number
 	confirmed map[string]struct{} // sessions sent during a resync, while one runs
 	failing   bool                // being adopted: batches are refused
+	dropped   []string            // sessions the last resync removed, for the log
 }
 
 func newHeld(n *Node, o ReplicaOptions) *held {
@@ -163,6 +164,12 @@ func (h *held) apply(from string, b []byte) error {
 			return err
 		}
 	}
+	if len(o.dropped) > 0 {
+		// Rare, and what a fail-over will not find: said, so that a
+		// session missing from an adoption can be traced.
+		h.n.log.Info("a resync from a session's owner removed the replicas it no longer sends", "origin", from, "clients", someClients(o.dropped))
+		o.dropped = nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), replicaCallTimeout)
 	defer cancel()
 	// A replica commits each batch at once rather than at its store's next
@@ -214,6 +221,7 @@ func (o *origin) applyLocked(op *replicaOp) error {
 		for id := range o.ids {
 			if _, ok := o.confirmed[id]; !ok {
 				delete(o.ids, id)
+				o.dropped = append(o.dropped, id)
 				if err := st.DeleteSession(id); err != nil {
 					return err
 				}
@@ -387,8 +395,12 @@ func (h *held) adopt(o *origin) {
 	}
 	wg.Wait()
 	h.adopted.Add(uint64(adopted.Load()))
+	kept := make([]string, 0, len(snap.Sessions))
+	for _, rec := range snap.Sessions {
+		kept = append(kept, rec.ClientID)
+	}
 	n.log.Info("adopted the sessions of a gateway that is gone from their replicas",
-		"node", o.name, "adopted", adopted.Load(), "resumed_elsewhere", owned.Load(), "kept", len(snap.Sessions))
+		"node", o.name, "adopted", adopted.Load(), "resumed_elsewhere", owned.Load(), "kept", len(snap.Sessions), "clients", someClients(kept))
 	h.mu.Lock()
 	delete(h.origins, o.name)
 	h.mu.Unlock()
@@ -596,4 +608,13 @@ func (h *held) close() {
 		o.mu.Unlock()
 		delete(h.origins, name)
 	}
+}
+
+// someClients names at most 20 of ids, sorted, for a log line.
+func someClients(ids []string) string {
+	ids = slices.Sorted(slices.Values(ids))
+	if len(ids) > 20 {
+		return strings.Join(ids[:20], " ") + fmt.Sprintf(" and %d more", len(ids)-20)
+	}
+	return strings.Join(ids, " ")
 }

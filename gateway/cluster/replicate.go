@@ -775,7 +775,7 @@ func (l *replicaLink) startResync() {
 		l.again = true
 	}
 	l.mu.Unlock()
-	r.log.Info("sessions sent whole to their replica", "replica", l.node, "sessions", len(ids)-kept, "kept_in_transition", kept)
+	r.log.Info("sessions sent whole to their replica", "replica", l.node, "sessions", len(ids)-kept, "kept_in_transition", kept, "clients", someClients(ids))
 }
 
 // opSize estimates an op's bytes in a batch.
