@@ -377,8 +377,20 @@ func (n *Node) Claim(ctx context.Context, clientID string, cleanStart bool, will
 			return "", err
 		}
 	}
-	return ref, n.claim(ctx, clientID, cleanStart, ref)
+	for attempt := 1; ; attempt++ {
+		err := n.claim(ctx, clientID, cleanStart, ref)
+		if !errors.Is(err, registry.ErrOwned) || attempt == maxResumeAttempts || ctx.Err() != nil {
+			return ref, err
+		}
+		// Another node claimed the client while this one looked (it
+		// adopted the session from a replica, or the client resumed
+		// there): that node has the session now, and hands it over.
+	}
 }
+
+// maxResumeAttempts bounds how often a resuming CONNECT looks for its
+// session again after another node claimed it meanwhile.
+const maxResumeAttempts = 3
 
 // claim is Claim once the will's record is made.
 func (n *Node) claim(ctx context.Context, clientID string, cleanStart bool, will string) error {
@@ -435,7 +447,16 @@ func (n *Node) claim(ctx context.Context, clientID string, cleanStart bool, will
 	case adopted:
 		claimConnection = n.reg.ResumeHandedOver
 	case !cleanStart:
-		claimConnection = n.reg.ResumeConnection
+		// Only over the record looked at (or this node's own): one another
+		// node wrote since is its session, to be handed over (ErrOwned:
+		// Claim asks again).
+		seen := o
+		if !ok {
+			seen = registry.Owner{}
+		}
+		claimConnection = func(ctx context.Context, client, will string) (registry.Claim, error) {
+			return n.reg.ResumeConnection(ctx, client, will, seen)
+		}
 	}
 	claim, err := claimConnection(ctx, clientID, will)
 	if err == nil {

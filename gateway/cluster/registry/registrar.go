@@ -657,8 +657,11 @@ func (g *registrar) sessionItem(o *op, lease clientv3.LeaseID) (item, bool) {
 		g.seq++
 		cs.seq = g.seq
 		cs.expect = g.expected(o.client)
-		if cs.replicaOf != "" {
+		switch {
+		case cs.replicaOf != "":
 			cs.expect = Owner{} // only a record that is gone
+		case cs.seen != nil && cs.expect.Node != r.opts.Node:
+			cs.expect = *cs.seen // what the caller looked at, not the copy's later news
 		}
 	}
 	expect := cs.expect
@@ -709,7 +712,7 @@ func (g *registrar) sessionItem(o *op, lease clientv3.LeaseID) (item, bool) {
 				g.claimed(o, string(kvs[0].Value), cur.Revision, prev)
 				return
 			}
-			if cs.replicaOf != "" {
+			if cs.replicaOf != "" || cs.seen != nil && cur.Node != "" && cur.Node != r.opts.Node {
 				o.w.complete(0, fmt.Errorf("%w: %q (%s)", ErrOwned, o.client, cur.Node))
 				return
 			}

@@ -25,7 +25,8 @@ var (
 	// changing the ownership record faster than this node could claim it.
 	ErrContended = errors.New("registry: session ownership contended")
 	// ErrOwned is returned by ClaimReplica for a client another node
-	// owns.
+	// owns, and by ResumeConnection for one another node claimed after
+	// the caller looked.
 	ErrOwned = errors.New("registry: another node owns the session")
 )
 

@@ -575,11 +575,18 @@ func TestResumeKeepsTheReplicaLineage(t *testing.T) {
 		t.Fatal(err)
 	}
 	owner(registry.Owner{Node: "n2", ReplicaOf: "n1"})
-	if _, err := n2.ResumeConnection(ctx, "hist", ""); err != nil { // the client resumes on the adopter
+	seen := func() registry.Owner { // what a node resuming the client reads first
+		o, _, err := n3.LookupSession(ctx, "hist")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	if _, err := n2.ResumeConnection(ctx, "hist", "", seen()); err != nil { // the client resumes on the adopter
 		t.Fatal(err)
 	}
 	owner(registry.Owner{Node: "n2", ReplicaOf: "n1"})
-	if _, err := n3.ResumeConnection(ctx, "hist", ""); err != nil { // and moves on
+	if _, err := n3.ResumeConnection(ctx, "hist", "", seen()); err != nil { // and moves on (handed over)
 		t.Fatal(err)
 	}
 	owner(registry.Owner{Node: "n3", ReplicaOf: "n1"})
@@ -595,8 +602,53 @@ func TestResumeKeepsTheReplicaLineage(t *testing.T) {
 	if _, err := n3.ClaimReplica(ctx, "hist", "n2"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n2.ResumeConnection(ctx, "hist", ""); err != nil { // back where it was adopted from
+	if _, err := n2.ResumeConnection(ctx, "hist", "", seen()); err != nil { // back where it was adopted from
 		t.Fatal(err)
 	}
 	owner(registry.Owner{Node: "n2"})
+}
+
+// TestResumeDoesNotTakeOverALaterClaim: a resumption claims over the record
+// its caller looked at, or this node's own, never over one another node
+// wrote since: that node has the session (it adopted it from a replica,
+// or its client resumed there) and must be asked for it. Fault-suite seed
+// 44: a gateway that had just run again after a stall looked, found no
+// owner, and took over the session another gateway had adopted a few
+// milliseconds later, starting it empty over 1,120 queued messages.
+func TestResumeDoesNotTakeOverALaterClaim(t *testing.T) {
+	a := start(t, shared.Client(t), "a", nil)
+	b := start(t, shared.Client(t), "b", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+
+	seen, ok, err := a.LookupSession(ctx, "late")
+	if err != nil || ok {
+		t.Fatalf("a found an owner of a new client: %v %v", ok, err)
+	}
+	if _, err := b.ClaimReplica(ctx, "late", "gone"); err != nil { // b adopts it meanwhile
+		t.Fatal(err)
+	}
+	if _, err := a.ResumeConnection(ctx, "late", "", seen); !errors.Is(err, registry.ErrOwned) {
+		t.Fatalf("resuming over a claim made after the look: %v, want ErrOwned", err)
+	}
+	if o, ok, err := a.LookupSession(ctx, "late"); err != nil || !ok || o.Node != "b" {
+		t.Fatalf("the record after the refused resumption: %+v %v %v, want b's", o, ok, err)
+	}
+
+	// Looking again, a finds b's record; b hands the session over, and the
+	// resumption replaces that record.
+	seen, _, err = a.LookupSession(ctx, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.ResumeConnection(ctx, "late", "", seen); err != nil {
+		t.Fatalf("resuming over the record looked at: %v", err)
+	}
+	// And a resumption over a's own record, whatever it looked at.
+	if _, err := a.ResumeConnection(ctx, "late", "", registry.Owner{}); err != nil {
+		t.Fatalf("resuming over this node's own record: %v", err)
+	}
+	if o, ok, err := b.LookupSession(ctx, "late"); err != nil || !ok || o.Node != "a" {
+		t.Fatalf("the record: %+v %v %v, want a's", o, ok, err)
+	}
 }

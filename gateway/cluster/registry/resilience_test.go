@@ -432,18 +432,29 @@ func TestHandedOverClaimOutlivesItsCaller(t *testing.T) {
 	b := start(t, shared.Client(t), "b", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
+	resume := func(ctx context.Context, client, will string) (registry.Claim, error) {
+		seen, _, err := a.LookupSession(ctx, client) // b's, read before the cut
+		if err != nil {
+			return registry.Claim{}, err
+		}
+		proxy.Cut()
+		return a.ResumeConnection(ctx, client, will, seen)
+	}
+	handedOver := func(ctx context.Context, client, will string) (registry.Claim, error) {
+		proxy.Cut()
+		return a.ResumeHandedOver(ctx, client, will)
+	}
 	for _, c := range []struct {
 		client string
 		claim  func(context.Context, string, string) (registry.Claim, error)
 		kept   bool
 	}{
-		{"kept", a.ResumeHandedOver, true},
-		{"undone", a.ResumeConnection, false},
+		{"kept", handedOver, true},
+		{"undone", resume, false},
 	} {
 		if _, err := b.ClaimConnection(ctx, c.client, ""); err != nil {
 			t.Fatal(err)
 		}
-		proxy.Cut()
 		// The registrar sends a claim as soon as it is queued, and the
 		// reply cannot come while a is cut off: its caller gives up.
 		short, stop := context.WithTimeout(ctx, time.Second)
