@@ -127,7 +127,7 @@ type ClusterInbound interface {
 	Drop(clientID, owner string)
 	ConfirmAdopted(clientID string)
 	Evict(clientID string)
-	LetGoTo(clientID, owner string)
+	LetGoTo(clientID, owner string, movedAt uint64)
 	// Clients lists the sessions here, for settling the restored ones
 	// with the registry.
 	Clients() []ClientStats
@@ -178,8 +178,13 @@ const ClusterClaimTimeout = 2 * time.Second
 // Evict disconnects clientID's connection (0x8E Session taken over) and
 // ends its session here: another node has claimed it.
 func (srv *Server) Evict(clientID string) {
-	srv.redirectClaimed(clientID)
 	srv.departureClaimed(clientID, "")
+	srv.evict(clientID)
+}
+
+// evict is Evict without the departure's new stamp.
+func (srv *Server) evict(clientID string) {
+	srv.redirectClaimed(clientID)
 	srv.mu.Lock()
 	sess := srv.sessions[clientID]
 	if sess != nil {
@@ -212,9 +217,10 @@ func (srv *Server) Evict(clientID string) {
 // client another node, owner, has claimed meanwhile (it moved while this
 // node was down, after this node had handed its state over): forwards
 // that other nodes kept for this node while it was away, routed before
-// they knew of the move, follow the session there (departed.go) instead
-// of going to this node's other subscribers alone.
-func (srv *Server) LetGoTo(clientID, owner string) {
+// they knew of the move (by a view older than movedAt, the revision of
+// owner's claim; 0 if unknown), follow the session there (departed.go)
+// instead of going to this node's other subscribers alone.
+func (srv *Server) LetGoTo(clientID, owner string, movedAt uint64) {
 	srv.mu.Lock()
 	sess := srv.sessions[clientID]
 	srv.mu.Unlock()
@@ -222,9 +228,9 @@ func (srv *Server) LetGoTo(clientID, owner string) {
 		sess.mu.Lock()
 		subs := maps.Clone(sess.subs)
 		sess.mu.Unlock()
-		srv.departed(clientID, owner, subs)
+		srv.departedAt(clientID, owner, subs, movedAt)
 	}
-	srv.Evict(clientID)
+	srv.evict(clientID)
 }
 
 // ClusterRegisterTimeout bounds how long a SUBACK waits for the

@@ -416,7 +416,7 @@ func TestRestoredCopyLetGoSendsHeldUpForwardsOn(t *testing.T) {
 	offlineHist(t, s[1]) // the session, on node 2 now
 	resumed, _ := brokertest.Connect(t, s[1].Addr, withExpiry(rawV5("hist", false), 300))
 	net.views["n1"].Store(10)
-	s[0].LetGoTo("hist", "n2")
+	s[0].LetGoTo("hist", "n2", 8) // node 2's claim, at view 8
 
 	m := broker.NewMessage("r/1", []byte("kept"), 1, false)
 	m.SetView(5) // routed by node 3 before the move

@@ -601,7 +601,7 @@ func (n *Node) letGoMoved() {
 			// Its client moved while this node was down: forwards the
 			// others kept for it here follow it (LetGoTo).
 			n.log.Info("letting go of a restored session another node owns now", "client", c.ClientID, "owner", o.Node, "queued", c.Queued)
-			n.srv.LetGoTo(c.ClientID, o.Node)
+			n.srv.LetGoTo(c.ClientID, o.Node, uint64(max(o.Revision, 0)))
 		}
 	}
 }
