@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -168,6 +171,12 @@ func TestClusterThawedOwnerDeliversOnce(t *testing.T) {
 	frozen := time.Now()
 	before := hist.n.Load()
 	c.ds[1].cmd.Process.Signal(syscall.SIGSTOP)
+	// The signal lands a moment after it is sent: publishing before node 2
+	// is stopped, it could handle the messages first (the CI of 21:17 saw
+	// it acknowledge all 20).
+	if !waitFor(5*time.Second, func() bool { return processStopped(c.ds[1].cmd.Process.Pid) }) {
+		t.Fatal("node 2 not stopped 5 s after SIGSTOP")
+	}
 	const n = 20
 	for seq := uint64(1); seq <= n; seq++ {
 		pub.pid++
@@ -217,9 +226,10 @@ func TestClusterThawedOwnerDeliversOnce(t *testing.T) {
 	// Node 2 should find it had stalled and hold its deliveries until it
 	// has caught up with the line, so that nothing goes out on the old
 	// connection. Counted, not yet asserted: under make test's load (CI
-	// of 2026-12-07 21:17) all 20 still went out there, with both of
-	// node 2's client connections parked idle, while alone the count is 0
-	// (docs/cluster.md, A gateway that was frozen).
+	// of 2026-12-07 21:17, before the wait for the stop above) all 20 went
+	// out there, and node 2 acknowledged all 20, where alone it
+	// acknowledges none and the count is 0 (docs/cluster.md, A gateway
+	// that was frozen).
 	t.Logf("node 2 wrote %d messages on the historian's old connection after it thawed", hist.n.Load()-before)
 	back := resume(t, c.addrs[1], "historian", got, 40*time.Second)
 	if !back.present {
@@ -274,4 +284,16 @@ func TestClusterThawedOwnerDeliversOnce(t *testing.T) {
 	// Counted, not yet asserted, for the same reason (the same CI run: 2
 	// of the 20 without DUP).
 	t.Logf("the other nodes' subscribers got %d copies of the 20, %d of the 20 without DUP %v", copies, len(plainLate), plainLate)
+}
+
+// processStopped reports whether process pid is stopped by a signal
+// (/proc/<pid>/stat state T).
+func processStopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't')
 }
