@@ -281,10 +281,7 @@ func TestHandedMemberStaysInItsGroup(t *testing.T) {
 		if rc := pubAck(t, pub, 1, "t/1", "meanwhile"); rc != packet.Success {
 			t.Fatalf("publish on node 1 during the move: %v, want 0x00 (taken by the member on node 2)", rc)
 		}
-		resumed, ack := brokertest.Connect(t, s[1].Addr, withExpiry(rawV5("m", false), 300))
-		if !ack.SessionPresent {
-			t.Fatal("session not present on node 2")
-		}
+		resumed := resumeOn(t, s[1], "m")
 		if p := nextPayload(resumed, 2*time.Second); p != "meanwhile" {
 			t.Fatalf("member on node 2 got %q, want \"meanwhile\"", p)
 		}
@@ -321,10 +318,7 @@ func TestHandedMemberStaysInItsGroup(t *testing.T) {
 			t.Fatalf("publish with the group's only member in limbo: %v, want 0x97 (no member took it)", rc)
 		}
 		// The client comes back to node 1, which takes back what it handed.
-		back, ack := brokertest.Connect(t, s[0].Addr, withExpiry(rawV5("m", false), 300))
-		if !ack.SessionPresent {
-			t.Fatal("session not present on node 1 again")
-		}
+		back := resumeOn(t, s[0], "m")
 		if rc := pubAck(t, pub, 2, "t/1", "home"); rc != packet.Success {
 			t.Fatalf("publish after the member came back: %v", rc)
 		}
@@ -367,10 +361,7 @@ func TestHeldUpForwardFollowsAMovedSession(t *testing.T) {
 	other := windowSub(t, s[0].Addr, "other", "r/#", 100, 0)
 	net.views["n1"].Store(10)
 	handOff(t, s[0], s[1], "n2", "hist")
-	resumed, ack := brokertest.Connect(t, s[1].Addr, withExpiry(rawV5("hist", false), 300))
-	if !ack.SessionPresent {
-		t.Fatal("session not present on node 2")
-	}
+	resumed := resumeOn(t, s[1], "hist")
 	s[0].Evict("hist")                     // node 2's claim seen
 	s[0].SetRemoteRoute("n2", "r/#", true) // and its route: the redirect drains
 	brokertest.Eventually(t, 5*time.Second, "node 1's redirect ends", func() bool {
@@ -506,4 +497,15 @@ func expectDup(t *testing.T, c *brokertest.Client, payload string) {
 		t.Fatalf("got %q (flags %#x), want %q with DUP", p.Payload, h.Flags, payload)
 	}
 	c.Send((&packet.Ack{Type: packet.PUBACK, PacketID: p.PacketID}).Append(nil, packet.V5))
+}
+
+// resumeOn connects id to s resuming its session (clean start 0, expiry
+// 300 s), and wants Session Present.
+func resumeOn(t *testing.T, s *brokertest.Server, id string) *brokertest.Client {
+	t.Helper()
+	c, ack := brokertest.Connect(t, s.Addr, withExpiry(rawV5(id, false), 300))
+	if !ack.SessionPresent {
+		t.Fatalf("%s: session not present", id)
+	}
+	return c
 }
