@@ -239,13 +239,13 @@ func (g *registrar) catchUp() error {
 	r := g.r
 	ctx, cancel := context.WithTimeout(r.ctx, r.opts.RequestTimeout)
 	defer cancel()
-	resp, err := r.cli.Get(ctx, r.keys.node(r.opts.Node), clientv3.WithCountOnly())
+	rev, err := r.CurrentRevision(ctx)
 	if err != nil {
 		return fmt.Errorf("registry: reading the revision to catch up to: %w", err)
 	}
-	if err := r.AwaitRevision(ctx, resp.Header.Revision); err != nil && r.ctx.Err() == nil {
+	if err := r.AwaitRevision(ctx, rev); err != nil && r.ctx.Err() == nil {
 		r.log.Warn("registering again before this node's copy of the registry caught up",
-			"revision", resp.Header.Revision, "delivered", r.delivered.Load(), "err", err)
+			"revision", rev, "delivered", r.delivered.Load(), "err", err)
 	}
 	return nil
 }

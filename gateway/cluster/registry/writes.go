@@ -305,9 +305,10 @@ func (r *Registry) LookupSessionAt(ctx context.Context, client string) (Owner, b
 
 // CurrentRevision returns etcd's revision now, by a linearizable read: a
 // caller that waits for it (AwaitRevision) has then seen every change made
-// in the line before the call.
+// in the line before the call. The registrar catches up so before it
+// registers again; a broker after a stall (cluster.Node.CatchUp).
 func (r *Registry) CurrentRevision(ctx context.Context) (int64, error) {
-	resp, err := r.opts.Client.Get(ctx, r.keys.prefix, clientv3.WithCountOnly())
+	resp, err := r.cli.Get(ctx, r.keys.prefix, clientv3.WithCountOnly())
 	if err != nil {
 		return 0, err
 	}
