@@ -246,6 +246,18 @@ func routedBefore(view uint64, created time.Time, at time.Time, v uint64) bool {
 	return created.Before(at.Add(moveSkew))
 }
 
+// noneBefore reports, without the lock, that a forward routed by view and
+// published at created was routed after every move recorded here, by
+// routedBefore's rule: with a view, no later than the newest move recorded
+// with one, nor published before the newest recorded without; without a
+// view, published after the newest move of all.
+func (ds *departures) noneBefore(view uint64, created time.Time) bool {
+	if view == 0 {
+		return !routedBefore(0, created, time.Unix(0, ds.newestAt.Load()), 0)
+	}
+	return view >= ds.newest.Load() && !routedBefore(0, created, time.Unix(0, ds.blindAt.Load()), 0)
+}
+
 // passOnDeparted sends m, forwarded here by another node for this node's
 // ordinary subscribers, on to each session that moved away from here
 // before the sender could know and that it matches: kept in that node's
@@ -254,8 +266,7 @@ func routedBefore(view uint64, created time.Time, at time.Time, v uint64) bool {
 func (srv *Server) passOnDeparted(m *Message, r *router) bool {
 	ds := &srv.departures
 	view := m.view.Load()
-	if view != 0 && view >= ds.newest.Load() && !m.Created.Before(time.Unix(0, ds.blindAt.Load()).Add(moveSkew)) ||
-		view == 0 && !m.Created.Before(time.Unix(0, ds.newestAt.Load()).Add(moveSkew)) {
+	if ds.noneBefore(view, m.Created) {
 		return false
 	}
 	type target struct{ client, node string }
