@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -384,4 +385,116 @@ func TestClusterReplaceRightAfterARestart(t *testing.T) {
 	}
 	c.ds[victim] = start(t, append(c.args(victim), "-etcd-initial-cluster", m[1], "-etcd-initial-cluster-state", "existing")...)
 	c.ready(victim)
+}
+
+// TestClusterRestartedOwnerKeepsWhatItsReplicaLacked: a session's owner
+// acknowledges messages while its replica cannot be reached (it answers
+// on its own commit then), and dies; the line adopts the session from the
+// replica, which lacks those messages; the owner comes back on its card.
+// What only its card held must reach the adopted session (with DUP), not
+// be dropped with the copy it lets go (fault suite, seed 52: 50 messages
+// lost, acknowledged by a gateway that had just adopted a session and was
+// killed before its new replica had them).
+func TestClusterRestartedOwnerKeepsWhatItsReplicaLacked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes and an etcd quorum")
+	}
+	c := startCluster3(t, "-http-listen", "127.0.0.1:0")
+	owner := 2
+	subscribeAndLeave(t, c.addrs[owner], "hist", "gap/t")
+	// The publisher's session is clean: hist is the only persistent
+	// session, so the gateway holding one replica holds hist's.
+	pc, _, err := dialConnect(c.addrs[owner], &packet.Connect{ClientID: []byte("pub"), CleanStart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Conn.Close()
+	pub := &qos1Publisher{t: t, c: pc}
+	const n = 40 // in each half
+	for i := uint64(1); i <= n; i++ {
+		if rc := pub.publish("gap/t", i); rc != packet.Success {
+			t.Fatalf("publish %d: %v", i, rc)
+		}
+	}
+	replica := -1
+	if !waitFor(10*time.Second, func() bool {
+		for i := range 3 {
+			var st struct {
+				Replicas struct {
+					HeldSessions int `json:"held_sessions"`
+				} `json:"replicas"`
+			}
+			getJSON(t, "http://"+c.https[i]+"/api/v1/cluster", &st)
+			if st.Replicas.HeldSessions == 1 {
+				replica = i
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("no gateway holds hist's replica")
+	}
+	survivor := 3 - owner - replica
+	// The replica stops answering: the owner acknowledges the second half
+	// on its own commit.
+	c.ds[replica].cmd.Process.Signal(syscall.SIGSTOP)
+	if !waitFor(5*time.Second, func() bool { return processStopped(c.ds[replica].cmd.Process.Pid) }) {
+		t.Fatal("the replica's gateway not stopped 5 s after SIGSTOP")
+	}
+	for i := uint64(n + 1); i <= 2*n; i++ {
+		if rc := pub.publish("gap/t", i); rc != packet.Success {
+			t.Fatalf("publish %d: %v", i, rc)
+		}
+	}
+	t.Logf("hist is owned by n%d, its replica on n%d; n%d stopped while n%d acknowledged %d to %d; n%d killed",
+		owner+1, replica+1, replica+1, owner+1, n+1, 2*n, owner+1)
+	c.ds[owner].cmd.Process.Kill()
+	<-c.ds[owner].exited
+	c.ds[replica].cmd.Process.Signal(syscall.SIGCONT)
+	type replicas struct {
+		Replicas struct {
+			Adopted uint64 `json:"adopted"`
+		} `json:"replicas"`
+	}
+	if !waitFor(60*time.Second, func() bool {
+		var st replicas
+		getJSON(t, "http://"+c.https[replica]+"/api/v1/cluster", &st)
+		return st.Replicas.Adopted > 0
+	}) {
+		t.Fatal("the replica never adopted hist's session")
+	}
+	// hist resumes on the survivor and takes what the replica had; its
+	// old owner comes back on its card only then.
+	hist := &crashTracker{seen: map[uint64]int{}}
+	h := resume(t, c.addrs[survivor], "hist", hist, 60*time.Second)
+	if !h.present {
+		t.Error("hist resumed with Session Present 0")
+	}
+	var first, want []uint64
+	for i := uint64(1); i <= 2*n; i++ {
+		want = append(want, i)
+		if i <= n {
+			first = append(first, i)
+		}
+	}
+	if !waitFor(30*time.Second, func() bool { m, _ := hist.missing(first); return m == 0 }) {
+		t.Fatalf("%d of the %d acknowledged while the replica answered never arrived", countMissing(hist, first), n)
+	}
+	t.Logf("hist resumed on n%d with %d messages; n%d restarts on its card", survivor+1, h.n.Load(), owner+1)
+	c.restart(owner)
+	if !waitFor(30*time.Second, func() bool { m, _ := hist.missing(want); return m == 0 }) {
+		var lost []uint64
+		for _, i := range want {
+			if !hist.has(i) {
+				lost = append(lost, i)
+			}
+		}
+		t.Fatalf("%d of %d acknowledged messages lost: %v", len(lost), 2*n, lost)
+	}
+	_, dups := hist.missing(want)
+	plain, which := hist.plainDuplicates(9e12)
+	t.Logf("all %d acknowledged messages arrived, %d duplicates, %d without DUP %v", 2*n, dups, plain, which)
+	if plain > 0 {
+		t.Errorf("%d messages arrived twice without DUP: %v", plain, which)
+	}
 }

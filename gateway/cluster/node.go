@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -593,10 +592,14 @@ func (n *Node) letGoMoved() {
 		o, owned := n.reg.SessionOwner(c.ClientID)
 		switch {
 		case owned && o.Node != n.self && o.ReplicaOf == n.self:
-			// Adopted from its replica while this node was gone: that
-			// copy has everything this one had acknowledged.
+			// Adopted from its replica while this node was gone. The
+			// replica has what this node acknowledged while it could be
+			// reached, but not what it acknowledged on its own commit
+			// while it could not (DegradedSyncs), and which that was is
+			// not known after a restart: everything queued goes on to the
+			// owner with DUP, as letGoAdopted does for the same event.
 			n.log.Info("letting go of a restored session the line adopted from its replica", "client", c.ClientID, "owner", o.Node, "queued", c.Queued)
-			n.srv.DropReplicated(c.ClientID, math.MaxUint64, o.Node)
+			n.srv.DropReplicated(c.ClientID, n.replicatedUpTo(c.ClientID), o.Node)
 		case owned && o.Node != n.self:
 			// Its client moved while this node was down: forwards the
 			// others kept for it here follow it (LetGoTo).
@@ -913,7 +916,16 @@ func (n *Node) letGoAdopted(ev registry.Event) {
 			break
 		}
 	}
-	n.srv.DropReplicated(ev.Client, n.repl.replicated(ev.Client), ev.Owner.Node)
+	n.srv.DropReplicated(ev.Client, n.replicatedUpTo(ev.Client), ev.Owner.Node)
+}
+
+// replicatedUpTo is the highest message seq of client that this run knows
+// its replicas have durably: 0 after a restart, or without replicas.
+func (n *Node) replicatedUpTo(client string) uint64 {
+	if n.repl == nil {
+		return 0
+	}
+	return n.repl.replicated(client)
 }
 
 // setClaimed records this node's latest ownership record of client.
