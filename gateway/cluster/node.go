@@ -236,6 +236,13 @@ func (n *Node) bind(srv broker.ClusterInbound) error {
 		return errors.New("cluster: already bound to a broker")
 	}
 	n.srv = srv
+	// The sessions restored from the store keep their ownership records
+	// through the registration that ends the previous run's lease.
+	var restored []string
+	for _, c := range srv.Clients() {
+		restored = append(restored, c.ClientID)
+	}
+	n.reg.KeepRestored(restored)
 	if n.repl != nil {
 		snap := srv.ReplicaSnapshot
 		n.repl.run = n.reg.Epoch()

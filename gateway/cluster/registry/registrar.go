@@ -363,6 +363,9 @@ func (g *registrar) syncAll() error {
 	for _, k := range stale {
 		items = append(items, item{op: clientv3.OpDelete(k)})
 	}
+	if err := g.keepRestored(lease); err != nil {
+		return err
+	}
 	clients := make([]string, 0, len(g.sessions))
 	for c := range g.sessions {
 		clients = append(clients, c)
@@ -377,6 +380,46 @@ func (g *registrar) syncAll() error {
 	// Everything held is written: what was dirty and waiting is done.
 	g.dirty, g.dirtySet = g.dirty[:0], map[string]struct{}{}
 	g.completeWaiting()
+	return nil
+}
+
+// keepRestored, at the first registration, takes the ownership records
+// an earlier run of this node left for the sessions this run restored
+// (KeepRestored) for records this node holds, so that syncAll rewrites
+// them under the new lease before the earlier one is revoked. A record
+// another node wrote since, or none, is left as it is.
+func (g *registrar) keepRestored(lease clientv3.LeaseID) error {
+	r := g.r
+	for len(r.restored) > 0 {
+		n := min(len(r.restored), r.opts.MaxTxnOps)
+		ops := make([]clientv3.Op, 0, n)
+		for _, c := range r.restored[:n] {
+			ops = append(ops, clientv3.OpGet(r.keys.session(c)))
+		}
+		ctx, cancel := context.WithTimeout(r.ctx, r.opts.RequestTimeout)
+		resp, err := r.cli.Txn(ctx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("registry: read the restored sessions' records: %w", err)
+		}
+		for i, c := range r.restored[:n] {
+			kvs := resp.Responses[i].GetResponseRange().Kvs
+			if len(kvs) != 1 {
+				continue
+			}
+			var v sessionValue
+			if json.Unmarshal(kvs[0].Value, &v) != nil || v.Node != r.opts.Node {
+				continue
+			}
+			if _, ok := g.sessions[c]; !ok {
+				g.sessions[c] = heldSession{value: string(kvs[0].Value), rev: kvs[0].ModRevision}
+			}
+			if id := clientv3.LeaseID(kvs[0].Lease); id != clientv3.NoLease && id != lease && !slices.Contains(g.oldLeases, id) {
+				g.oldLeases = append(g.oldLeases, id)
+			}
+		}
+		r.restored = r.restored[n:]
+	}
 	return nil
 }
 

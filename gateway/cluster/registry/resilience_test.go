@@ -530,3 +530,60 @@ func TestCatchUpBeforeRegisteringAgain(t *testing.T) {
 		t.Errorf("a saw b's claim of c1 holding lease %x: it registered again before its copy caught up", l)
 	}
 }
+
+// TestRestartedNodeKeepsItsRestoredSessionsOwned: a node restarted at once
+// after a crash names the sessions it restored from its store before it
+// starts (KeepRestored); their ownership records go over to the new lease
+// in the registration that revokes the old one, so no other node ever
+// sees them unowned (a client resuming there meanwhile would get a new,
+// empty session: fault-suite seeds 5 and 12). A record the old run left
+// for a session the new run did not restore goes with the old lease.
+func TestRestartedNodeKeepsItsRestoredSessionsOwned(t *testing.T) {
+	admin := shared.Client(t)
+	b := start(t, admin, "b", nil)
+	crashing := crashableClient(t)
+	old := start(t, crashing, "a", func(o *registry.Options) { o.RequestTimeout = 200 * time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	for _, c := range []string{"kept", "gone"} {
+		claim, err := old.ClaimSession(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		caughtUp(t, claim.Revision, b)
+	}
+	oldLease := old.Lease()
+	crashing.Close() // a crash: the lease is neither revoked nor kept alive
+	old.Close()
+
+	mark := b.mark()
+	r, err := registry.New(registry.Options{Client: shared.Client(t), Node: "a", Prefix: etcdtest.Prefix(t), Addr: "a:7946", Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	r.KeepRestored([]string{"kept"})
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	<-r.Ready()
+	if ttl, err := admin.TimeToLive(ctx, oldLease); err != nil || ttl.TTL > 0 {
+		t.Fatalf("the crashed run's lease outlived the restart: %v, %v", ttl, err)
+	}
+	caughtUp(t, r.Revision(), b)
+	if o, owned := b.SessionOwner("kept"); !owned || o.Node != "a" {
+		t.Errorf("kept after the restart: owner %+v, %v; want a", o, owned)
+	}
+	if _, owned := b.SessionOwner("gone"); owned {
+		t.Error("gone, not restored, is still owned after the old lease was revoked")
+	}
+	for _, ev := range b.since(mark) {
+		if ev.Client == "kept" && ev.Kind == registry.SessionReleased {
+			t.Errorf("b saw kept released during a's restart (revision %d)", ev.Revision)
+		}
+	}
+	// The new run claims it as a restarted gateway does (Reconcile).
+	if _, err := r.ClaimSession(ctx, "kept"); err != nil {
+		t.Fatalf("claiming the kept session: %v", err)
+	}
+}
