@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/linemq/linemq/broker"
 )
@@ -158,5 +159,78 @@ func TestSyncNeedsNoCopyOfAnAbsorbedMessage(t *testing.T) {
 	l.queue(deleteOp("c", 2))
 	if done(l, at) {
 		t.Fatal("a Sync went while a batch before it was on its way")
+	}
+}
+
+// TestInStepOnceTheReplicaHasTheResync: a replica counts as in step once
+// it has acknowledged the resync's end mark, not when the resync is
+// queued; a gap opened before (a batch given up on) leaves it out of step.
+func TestInStepOnceTheReplicaHasTheResync(t *testing.T) {
+	inStep := func(l *replicaLink) bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.inStep
+	}
+	l := testLink()
+	snap := func(string, func(*broker.SessionState)) bool { return false }
+	l.r.snapshot.Store(&snap)
+	l.startResync()
+	if inStep(l) {
+		t.Fatal("in step while the resync is still queued")
+	}
+	sendBatch(l)
+	if !inStep(l) {
+		t.Fatal("not in step after the replica acknowledged the resync")
+	}
+
+	l = testLink()
+	l.r.snapshot.Store(&snap)
+	l.startResync()
+	l.mu.Lock()
+	n := len(l.ops)
+	l.takeLocked(n)
+	l.giveUpLocked(n) // the batch did not reach the replica
+	l.mu.Unlock()
+	if inStep(l) {
+		t.Fatal("in step after the resync was given up on")
+	}
+}
+
+// TestReplicaBatchesNumberedAcrossLinks: the link to a replica made anew
+// (its node gone and back) numbers its batches after the old link's. The
+// replica answers a batch numbered at or below the last it applied from
+// this run without applying it (a batch sent again); numbered from 1
+// again, the new link's resync was dropped unseen.
+func TestReplicaBatchesNumberedAcrossLinks(t *testing.T) {
+	r := newReplicator(nil, 1, "a", slog.New(slog.DiscardHandler))
+	defer r.close()
+	snap := func(string, func(*broker.SessionState)) bool { return false }
+	r.snapshot.Store(&snap)
+	r.available = func(string) bool { return true }
+	seqs := make(chan uint64, 64)
+	r.call = func(_ context.Context, _, _ string, arg []byte) ([]byte, error) {
+		bt, err := decodeBatch(arg)
+		if err != nil {
+			t.Error(err)
+			return nil, err
+		}
+		seqs <- bt.seq
+		return nil, nil
+	}
+	next := func() uint64 {
+		select {
+		case s := <-seqs:
+			return s
+		case <-time.After(10 * time.Second):
+			t.Fatal("no batch sent to the replica")
+			return 0
+		}
+	}
+	r.setPeers([]string{"b"})
+	first := next()
+	r.setPeers(nil) // b leaves: its link is closed
+	r.setPeers([]string{"b"})
+	if again := next(); again <= first {
+		t.Fatalf("the new link's first batch is numbered %d, not after the old link's %d", again, first)
 	}
 }
