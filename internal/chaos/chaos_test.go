@@ -74,7 +74,9 @@ func (b *recordBuilder) at(s float64) time.Time {
 }
 
 func (b *recordBuilder) conn(client string, node int, connack, closed float64) int {
-	c := Conn{Client: client, Node: node, Connack: b.at(connack)}
+	c := Conn{Client: client, Kind: "share", Node: node, Connack: b.at(connack)}
+	// A later connection of the client resumes its session.
+	c.SessionPresent = slices.ContainsFunc(b.s.Conns, func(o Conn) bool { return o.Client == client })
 	if closed >= 0 {
 		c.Closed, c.How = b.at(closed), "DISCONNECT 0x8e"
 	}
@@ -140,8 +142,10 @@ func TestCheckViolations(t *testing.T) {
 	b.got(c2, "p1", 3, false, 1.5)      // 3 before 2 at share-2...
 	b.got(late, "p1", 3, true, 4)       // a DUP copy: fine
 	b.s.Moves = append(b.s.Moves, MoveResult{Client: "share-2", From: 1, To: 2, Node: 2, At: b.at(5), ExpectPresent: true})
+	b.s.Conns[c2].Closed, b.s.Conns[c2].How = b.at(29), "connection closed"
+	b.s.Conns[b.conn("share-2", 0, 30, -1)].SessionPresent = false // its session lost
 	r := Check(b.s, Units([]SubKind{ShareGroup}, 3), nil, b.t0, Options{})
-	want := map[string]int{InvNoLoss: 1, InvDupFlag: 1, InvOrder: 1, InvOneSession: 2, InvMoved: 1}
+	want := map[string]int{InvNoLoss: 1, InvDupFlag: 1, InvOrder: 1, InvOneSession: 2, InvMoved: 1, InvResumed: 1}
 	if got := violations(r); !reflect.DeepEqual(got, want) {
 		var sb strings.Builder
 		r.Write(&sb)

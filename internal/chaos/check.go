@@ -178,6 +178,7 @@ const (
 	InvDupFlag    = "dup-flagged"
 	InvOrder      = "publisher-order"
 	InvMoved      = "moved-session-present"
+	InvResumed    = "resumed-session-present"
 	InvWait       = "bounded-wait"
 )
 
@@ -392,7 +393,22 @@ func Check(s Snapshot, units []Unit, faults []Fault, start time.Time, o Options)
 		}
 	}
 
-	// 6. A publish waits at most the pass-over bound, unless its own node
+	// 6. A subscriber's session, once made, is found whenever it comes
+	// back, wherever: the faults lose one node (or its card) at a time,
+	// and every session has a replica in step before each fault.
+	resumed := Invariant{Name: InvResumed}
+	made := map[string]bool{}
+	for _, c := range s.Conns {
+		if c.Kind == "pub" {
+			continue
+		}
+		if made[c.Client] && !c.SessionPresent {
+			resumed.violate("%s resumed on n%d at %s with Session Present 0", c.Client, c.Node+1, rel(c.Connack))
+		}
+		made[c.Client] = true
+	}
+
+	// 7. A publish waits at most the pass-over bound, unless its own node
 	// is the one dead or frozen (it cannot answer anyone). A node cut off
 	// from the others still answers its clients, so its publishers count.
 	wait := Invariant{Name: InvWait}
@@ -405,7 +421,7 @@ func Check(s Snapshot, units []Unit, faults []Fault, start time.Time, o Options)
 		}
 	}
 
-	r.Invariants = []Invariant{loss, one, dup, order, moved, wait}
+	r.Invariants = []Invariant{loss, one, dup, order, moved, resumed, wait}
 	r.PassOver = passOver(s.Publishes, faults, start, o.Settle)
 	return r
 }
@@ -527,7 +543,7 @@ func (r *Report) Write(w io.Writer) {
 		if inv.Undetermined > 0 {
 			extra = fmt.Sprintf(" (%d undetermined: the run ended first)", inv.Undetermined)
 		}
-		fmt.Fprintf(w, "  %-22s %s%s\n", inv.Name, verdict, extra)
+		fmt.Fprintf(w, "  %-23s %s%s\n", inv.Name, verdict, extra)
 		for _, e := range inv.Examples {
 			fmt.Fprintf(w, "      %s\n", e)
 		}

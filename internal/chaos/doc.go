@@ -53,7 +53,11 @@
 //  4. per-publisher order within a subscriber: ignoring DUP copies, the
 //     sequence numbers of one publisher arrive increasing;
 //  5. a session moved between two healthy nodes is found there (CONNACK
-//     Session Present 1).
+//     Session Present 1);
+//  6. a subscriber's session, once made, is found whenever it connects
+//     again, on any node (Session Present 1): one node, or one node's
+//     card, is lost at a time, with every session's replica in step
+//     before each fault.
 //
 // Alongside, it reports figures: acknowledged, delivered, duplicates,
 // refused (PUBACK reason >= 0x80, by code), publishes left without a
