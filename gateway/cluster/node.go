@@ -451,7 +451,11 @@ func (n *Node) claim(ctx context.Context, clientID string, cleanStart bool, will
 	claimConnection := n.reg.ClaimConnection
 	switch {
 	case adopted:
-		claimConnection = n.reg.ResumeHandedOver
+		// Only over the record of the node that handed it over.
+		from := o
+		claimConnection = func(ctx context.Context, client, will string) (registry.Claim, error) {
+			return n.reg.ResumeHandedOver(ctx, client, will, from)
+		}
 	case !cleanStart:
 		// Only over the record looked at (or this node's own): one another
 		// node wrote since is its session, to be handed over (ErrOwned:

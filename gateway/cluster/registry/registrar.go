@@ -703,8 +703,11 @@ func (g *registrar) sessionItem(o *op, lease clientv3.LeaseID) (item, bool) {
 		switch {
 		case cs.replicaOf != "":
 			cs.expect = Owner{} // only a record that is gone
-		case cs.seen != nil && cs.expect.Node != r.opts.Node:
-			cs.expect = *cs.seen // what the caller looked at, not the copy's later news
+		case cs.seen != nil && (cs.expect.Node != r.opts.Node || cs.seen.Revision > cs.expect.Revision):
+			// What the caller looked at, not the copy's later news; this
+			// node's own record only if it is the later one (the one it
+			// held before another node took the client is not).
+			cs.expect = *cs.seen
 		}
 	}
 	expect := cs.expect

@@ -441,8 +441,12 @@ func TestHandedOverClaimOutlivesItsCaller(t *testing.T) {
 		return a.ResumeConnection(ctx, client, will, seen)
 	}
 	handedOver := func(ctx context.Context, client, will string) (registry.Claim, error) {
+		seen, _, err := a.LookupSession(ctx, client) // b's, which handed it over
+		if err != nil {
+			return registry.Claim{}, err
+		}
 		proxy.Cut()
-		return a.ResumeHandedOver(ctx, client, will)
+		return a.ResumeHandedOver(ctx, client, will, seen)
 	}
 	for _, c := range []struct {
 		client string
@@ -475,6 +479,45 @@ func TestHandedOverClaimOutlivesItsCaller(t *testing.T) {
 			}
 			return !ok
 		})
+	}
+}
+
+// TestHandedOverClaimLosesToALaterClaim: a claim of a session handed over
+// to a, sent while a is cut off from etcd, does not land over a claim b
+// made meanwhile (its client back on b): b has the session, and a let its
+// copy go when it saw b's record. Retried over it, a's claim took the
+// session from b for a node without it (fault suite, seed 2: the client,
+// resuming on a, got Session Present 0).
+func TestHandedOverClaimLosesToALaterClaim(t *testing.T) {
+	cli, proxy := shared.ProxiedClient(t)
+	a := start(t, cli, "a", nil)
+	b := start(t, shared.Client(t), "b", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	first, err := b.ClaimConnection(ctx, "c", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caughtUp(t, first.Revision, a)
+	seen, _ := a.SessionOwner("c") // b's record, under which b handed it over
+	proxy.Cut()
+	short, stop := context.WithTimeout(ctx, time.Second)
+	_, err = a.ResumeHandedOver(short, "c", "", seen)
+	stop()
+	if err == nil {
+		t.Fatal("claimed while cut off from etcd")
+	}
+	later, err := b.ClaimConnection(ctx, "c", "") // the client back on b
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Resume()
+	// a's claim is resolved once a's copy has seen a revision written by a
+	// after the resume.
+	wait(t, a.AddRoute("after/#"))
+	caughtUp(t, a.Revision(), b)
+	if o, ok := b.SessionOwner("c"); !ok || o.Node != "b" || o.Revision != later.Revision {
+		t.Fatalf("after a's handed-over claim settled, c is owned by %+v (%v); want b's later claim (revision %d)", o, ok, later.Revision)
 	}
 }
 

@@ -200,13 +200,19 @@ func (r *Registry) ResumeConnection(ctx context.Context, client, will string, se
 }
 
 // ResumeHandedOver is ResumeConnection for a session another node has just
-// handed over to this one: once sent, the claim is kept even if the
-// caller gives up waiting for it (only the will it wrote goes: its
-// connection was refused). Undone, it would leave the line with no copy:
-// the node that handed the session over lets go of its own as soon as it
-// sees the claim, and the release after it names nobody to ask.
-func (r *Registry) ResumeHandedOver(ctx context.Context, client, will string) (Claim, error) {
-	return r.claim(ctx, client, &claimState{ctx: ctx, setWill: true, will: will, resume: true, keep: true})
+// handed over to this one, seen being that node's record the hand-over
+// was asked under: once sent, the claim is kept even if the caller gives
+// up waiting for it (only the will it wrote goes: its connection was
+// refused). Undone, it would leave the line with no copy: the node that
+// handed the session over lets go of its own as soon as it sees the claim,
+// and the release after it names nobody to ask. Like ResumeConnection, it
+// lands only over seen (or a record of this node's, or none): over a later
+// claim (the client gone back to that node, or on to another, while this
+// claim waited for etcd) it took the session from the node that has it
+// for this one, which had let its copy go on seeing that claim, and the
+// client resuming here got a new session (fault suite, seed 2).
+func (r *Registry) ResumeHandedOver(ctx context.Context, client, will string, seen Owner) (Claim, error) {
+	return r.claim(ctx, client, &claimState{ctx: ctx, setWill: true, will: will, resume: true, keep: true, seen: &seen})
 }
 
 // ClaimReplica makes this node the owner of client's session, adopted
