@@ -383,11 +383,11 @@ func (g *registrar) syncAll() error {
 	return nil
 }
 
-// keepRestored, at the first registration, takes the ownership records
+// keepRestored, at the first registration, counts the ownership records
 // an earlier run of this node left for the sessions this run restored
-// (KeepRestored) for records this node holds, so that syncAll rewrites
-// them under the new lease before the earlier one is revoked. A record
-// another node wrote since, or none, is left as it is.
+// (KeepRestored) among the records this node holds, so that syncAll
+// rewrites them under the new lease before the earlier one is revoked. A
+// record another node wrote since, or none, is left as it is.
 func (g *registrar) keepRestored(lease clientv3.LeaseID) error {
 	r := g.r
 	for len(r.restored) > 0 {

@@ -236,7 +236,7 @@ func (r *Registry) Start() error {
 // revoked: revoked first, the records would vanish, and for the moment
 // until the gateway claimed them again another gateway would take a
 // client resuming there for a new one (Session Present 0, fault-suite
-// seeds 5 and 12). Records another node wrote since are left alone. Call
+// seed 12). Records another node wrote since are left alone. Call
 // it before Start; after, it has no effect.
 func (r *Registry) KeepRestored(clients []string) {
 	if r.started.Load() {
