@@ -145,7 +145,7 @@ type replicaLink struct {
 	stepAt  uint64            // the last resync's end mark (ops queued up to it): in step once acked reaches it; 0 if none waits
 	resync  bool              // a resync is due once the node is available
 	again   bool              // the last resync kept sessions in transition: another is due at the next poll
-	batch   uint64            // the number of the last batch sent (replicator.batches)
+	batch   uint64            // the number of the last batch sent (replicator.batchSeq)
 	seqs    map[string]uint64 // per client, the last message seq the replica has durably
 	// fresh and top let a message delivered and acknowledged while its
 	// save still waits here never travel (absorbLocked): fresh holds the
