@@ -457,6 +457,11 @@ func (h *held) finish(origin string, force bool) {
 	delete(n.parked, origin)
 	n.parkMu.Unlock()
 	adopted := n.reg.AdoptedFrom(origin)
+	for client, owner := range n.movedOffSince(origin) {
+		if _, ok := adopted[client]; !ok {
+			adopted[client] = owner
+		}
+	}
 	for client, owner := range adopted {
 		if owner == n.self {
 			adopted[client] = "" // the broker's name for itself
