@@ -387,11 +387,7 @@ func TestRestartedNodeKeepsWhatItStillHolds(t *testing.T) {
 	old.Close()
 
 	mark := b.mark()
-	r, err := registry.New(registry.Options{Client: shared.Client(t), Node: "a", Prefix: etcdtest.Prefix(t), Addr: "a:7946", Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
+	r := newRun(t, "a")
 	route, member := r.AddRoute("kept/#"), r.AddMember("g", "f", "kept", 1) // restored before the start
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
@@ -405,6 +401,18 @@ func TestRestartedNodeKeepsWhatItStillHolds(t *testing.T) {
 			t.Errorf("b saw %v %s%s during a's restart", ev.Kind, ev.Filter, ev.Client)
 		}
 	}
+}
+
+// newRun makes the registry of a new run of node, not yet started: what
+// the run restored is queued or named before Start.
+func newRun(t *testing.T, node string) *registry.Registry {
+	t.Helper()
+	r, err := registry.New(registry.Options{Client: shared.Client(t), Node: node, Prefix: etcdtest.Prefix(t), Addr: node + ":7946", Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }
 
 // crashableClient is an etcd client of its own for a node whose crash a
@@ -600,11 +608,7 @@ func TestRestartedNodeKeepsItsRestoredSessionsOwned(t *testing.T) {
 	old.Close()
 
 	mark := b.mark()
-	r, err := registry.New(registry.Options{Client: shared.Client(t), Node: "a", Prefix: etcdtest.Prefix(t), Addr: "a:7946", Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
+	r := newRun(t, "a")
 	r.KeepRestored([]string{"kept"})
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
