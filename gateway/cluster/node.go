@@ -613,7 +613,7 @@ func (n *Node) letGoMoved() {
 			// Adopted from its replica while this node was gone. The
 			// replica has what this node acknowledged while it could be
 			// reached, but not what it acknowledged on its own commit
-			// while it could not (DegradedSyncs), and which that was is
+			// while it could not (ReplicaStats.Unreplicated), and which that was is
 			// not known after a restart: everything queued goes on to the
 			// owner with DUP, as letGoAdopted does for the same event.
 			n.log.Info("letting go of a restored session the line adopted from its replica", "client", c.ClientID, "owner", o.Node, "queued", c.Queued)

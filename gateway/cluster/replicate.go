@@ -30,7 +30,7 @@ import (
 //
 // A replica that cannot be reached (its node down, cut off, or not
 // answering within replicaCallTimeout) is not waited for: Sync answers on
-// the local commit alone (counted in DegradedSyncs), and the sessions
+// the local commit alone (counted in ReplicaStats.Unreplicated), and the sessions
 // meant for it are below their replica count until the node is back and
 // has been sent each of them whole (a resync). A resync is also sent to
 // every replica when the registered nodes change, since the hashing may
@@ -145,7 +145,6 @@ type replicaLink struct {
 	stepAt  uint64            // the last resync's end mark (ops queued up to it): in step once acked reaches it; 0 if none waits
 	resync  bool              // a resync is due once the node is available
 	again   bool              // the last resync kept sessions in transition: another is due at the next poll
-	batch   uint64            // the number of the last batch sent (replicator.batchSeq)
 	seqs    map[string]uint64 // per client, the last message seq the replica has durably
 	// fresh and top let a message delivered and acknowledged while its
 	// save still waits here never travel (absorbLocked): fresh holds the
@@ -613,14 +612,11 @@ func (l *replicaLink) drain(enc *batchEncoder) bool {
 			n++
 		}
 		ops, live := l.takeLocked(n)
-		if live > 0 {
-			l.batch = r.batchSeq.Add(1)
-		}
 		l.mu.Unlock()
 
 		ok := true
 		if live > 0 {
-			enc.reset(r.run, l.batch)
+			enc.reset(r.run, r.batchSeq.Add(1))
 			for i := range ops {
 				if ops[i].kind != 0 {
 					enc.add(&ops[i])
